@@ -1,0 +1,173 @@
+"""The Potential contract.
+
+A potential phi gives a non-negative weight to sequences over its vocabulary; everything is kept
+in log space. With x a context, a a symbol and EOS the end of the sequence:
+
+    prefix(x)          = log sum_{y} phi(x y)        (Boolean: 0 if x can still be completed, else -inf)
+    complete(x)        = log phi(x)                  (x as a finished sequence)
+    logw_next(x)[a]    = prefix(x a) - prefix(x)
+    logw_next(x)[EOS]  = complete(x) - prefix(x)
+
+``logw_next`` returns a float64 vector of length ``size``; the positions ``eos_ids`` stand for EOS.
+Byte-level potentials (constraints over text) have ``size == 257``: one entry per byte value and
+EOS at 256; their contexts are ``bytes``. Token-level potentials (LMs, lifted constraints) use the
+LM's token ids, its EOS ids among them; their contexts are tuples of ints.
+
+Contract (``tests/potential_contract.py`` checks it for every potential):
+prefix(x) = -inf implies prefix(x y) = complete(x y) = -inf; the two identities above; and every
+batch method equals its single version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from abc import ABC, abstractmethod
+from typing import Any, Generic, Sequence, TypeVar
+
+import numpy as np
+
+NEG_INF = float("-inf")
+Context = Any  # bytes for byte-level potentials, tuple[int, ...] for token-level ones
+
+
+class Potential(ABC):
+    """A weight on sequences, queried by prefix, by completion, and by next symbol."""
+
+    #: length of the ``logw_next`` vector
+    size: int
+    #: positions in that vector which stand for EOS
+    eos_ids: tuple[int, ...]
+
+    def extend(self, ctx: Context, symbol: int) -> Context:
+        """The context ``ctx`` followed by ``symbol`` (a non-EOS position of ``logw_next``)."""
+        return tuple(ctx) + (int(symbol),)
+
+    def empty(self) -> Context:
+        return ()
+
+    @abstractmethod
+    async def prefix(self, ctx: Context) -> float: ...
+
+    @abstractmethod
+    async def complete(self, ctx: Context) -> float: ...
+
+    async def logw_next(self, ctx: Context) -> np.ndarray:
+        """Vector of prefix(ctx a) - prefix(ctx) for every symbol a; complete - prefix at EOS."""
+        return await self.logw_subset(ctx, range(self.size))
+
+    async def logw_subset(self, ctx: Context, symbols: Sequence[int]) -> np.ndarray:
+        """``logw_next(ctx)`` at the given positions only (what a rejection sampler checks)."""
+        base = await self.prefix(ctx)
+        out = np.full(len(symbols), NEG_INF)
+        if base == NEG_INF:
+            return out
+        eos = set(self.eos_ids)
+        done: float | None = None
+        for k, a in enumerate(symbols):
+            if a in eos:
+                if done is None:
+                    done = await self.complete(ctx)
+                out[k] = done - base
+            else:
+                out[k] = await self.prefix(self.extend(ctx, a)) - base
+        return out
+
+    async def batch_prefix(self, ctxs: Sequence[Context]) -> np.ndarray:
+        return np.array(await asyncio.gather(*(self.prefix(c) for c in ctxs)), dtype=float)
+
+    async def batch_complete(self, ctxs: Sequence[Context]) -> np.ndarray:
+        return np.array(await asyncio.gather(*(self.complete(c) for c in ctxs)), dtype=float)
+
+    async def batch_logw_next(self, ctxs: Sequence[Context]) -> np.ndarray:
+        rows = await asyncio.gather(*(self.logw_next(c) for c in ctxs))
+        return np.stack(rows) if rows else np.empty((0, self.size))
+
+    def __mul__(self, other: "Potential") -> "Potential":
+        from potentials.product import product
+
+        return product(self, other)
+
+
+S = TypeVar("S")
+
+
+class BytePotential(Potential, Generic[S]):
+    """A potential over UTF-8 bytes driven by an incremental state.
+
+    Subclasses implement a persistent (never mutated, shareable) state machine:
+
+        initial()             state of the empty context
+        advance(state, data)  state after the bytes ``data``, or None once the prefix is dead;
+                              costs O(len(data)), independent of how long the prefix already is
+        state_prefix(state)   prefix log weight of a live state (default 0: Boolean constraint)
+        state_complete(state) complete log weight
+
+    Every query follows from these; lifting to a token vocabulary (``lift``) keeps one state per
+    particle and advances it over each candidate token's bytes only.
+    """
+
+    size = 257
+    eos_ids = (256,)
+    #: True when every live state has prefix weight 0, so viability alone decides prefix().
+    boolean: bool = True
+
+    def extend(self, ctx: bytes, symbol: int) -> bytes:
+        return bytes(ctx) + bytes((int(symbol),))
+
+    def empty(self) -> bytes:
+        return b""
+
+    @abstractmethod
+    def initial(self) -> S: ...
+
+    @abstractmethod
+    def advance(self, state: S, data: bytes) -> S | None: ...
+
+    async def state_prefix(self, state: S) -> float:
+        return 0.0
+
+    @abstractmethod
+    async def state_complete(self, state: S) -> float: ...
+
+    def state_of(self, ctx: bytes) -> S | None:
+        return self.advance(self.initial(), bytes(ctx)) if ctx else self.initial()
+
+    async def prefix(self, ctx: bytes) -> float:
+        state = self.state_of(ctx)
+        return NEG_INF if state is None else await self.state_prefix(state)
+
+    async def complete(self, ctx: bytes) -> float:
+        state = self.state_of(ctx)
+        return NEG_INF if state is None else await self.state_complete(state)
+
+    async def logw_next(self, ctx: bytes) -> np.ndarray:
+        out = np.full(257, NEG_INF)
+        state = self.state_of(ctx)
+        if state is None:
+            return out
+        base = await self.state_prefix(state)
+        if base == NEG_INF:
+            return out
+        for b in range(256):
+            nxt = self.advance(state, bytes((b,)))
+            if nxt is not None:
+                out[b] = await self.state_prefix(nxt) - base
+        out[256] = await self.state_complete(state) - base
+        return out
+
+    def lift(self, lm: Any) -> "Potential":
+        """This potential over ``lm``'s token vocabulary (see potentials.lift)."""
+        from potentials.lift import Lifted
+
+        return Lifted(self, lm)
+
+
+def logsumexp(x: np.ndarray) -> float:
+    x = np.asarray(x, dtype=float)
+    if x.size == 0:
+        return NEG_INF
+    m = float(np.max(x))
+    if m == NEG_INF or math.isnan(m):
+        return m
+    return m + math.log(float(np.sum(np.exp(x - m))))

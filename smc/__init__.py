@@ -1,0 +1,40 @@
+"""smc-steer: constrained generation from language models by Sequential Monte Carlo.
+
+    import smc
+    from potentials import Regex
+    lm = smc.load_lm()
+    r = smc.generate("prompt", constraint=Regex(r"[0-9]{3}-[0-9]{4}"), lm=lm, particles=16)
+
+Names are imported lazily so that ``import smc`` stays cheap (torch and transformers load only
+when a backend is used).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "ToyLM": "smc.backends.toy",
+    "AsyncLM": "smc.backends.base",
+    "LMBackend": "smc.backends.base",
+    "load_lm": "smc.loading",
+    "Model": "smc.model",
+    "Result": "smc.result",
+    "Sample": "smc.result",
+    "smc": "smc.engine",
+    "generate": "smc.generate",
+    "agenerate": "smc.generate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'smc' has no attribute {name!r}")

@@ -1,0 +1,102 @@
+"""The LM backend protocol and a small base class that validates requests.
+
+A backend is anything with these members (a user can write their own, e.g. a toy LM):
+
+    vocab: list[bytes]                       byte string of every token id, special tokens included
+    eos_token_ids: list[int]                 ids that end a sequence
+    encode(text) -> list[int]                prompt text to token ids
+    async next_token_logprobs(ids)           log p(. | ids): 1-D float tensor over the vocabulary,
+                                             normalized (logsumexp == 0)
+    async batch_next_token_logprobs(batch)   the same for many contexts: 2-D tensor, one row each
+
+Optional members that the rest of the library uses when present:
+
+    special_token_ids: frozenset[int]        control tokens (other than EOS) that never stand for text;
+                                             lifted constraints give them weight 0
+    apply_chat_template(text) -> list[int]   prompt ids with the model's chat template
+    stats: dict[str, int]                    counters (forward passes, computed positions, ...)
+
+Backends know nothing of potentials or SMC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from typing import Protocol, Sequence, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class LMBackend(Protocol):
+    vocab: list[bytes]
+    eos_token_ids: list[int]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    async def next_token_logprobs(self, ids: Sequence[int]) -> torch.Tensor: ...
+
+    async def batch_next_token_logprobs(self, batch: Sequence[Sequence[int]]) -> torch.Tensor: ...
+
+
+class AsyncLM(ABC):
+    """Base class for backends: request validation, decoding, and the batch method.
+
+    Subclasses set ``vocab`` and ``eos_token_ids`` and implement ``encode`` and
+    ``_next_token_logprobs`` (one context; may rely on concurrent calls being batched).
+    """
+
+    vocab: list[bytes]
+    eos_token_ids: list[int]
+    special_token_ids: frozenset[int] = frozenset()
+    #: Longest context (prompt plus generated tokens) the model accepts; None when unbounded.
+    max_context: int | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> bytes:
+        """Concatenated bytes of ``ids``."""
+        return b"".join(self.vocab[i] for i in self.check_ids(ids, allow_empty=True))
+
+    def check_ids(self, ids: Sequence[int], *, allow_empty: bool = False) -> tuple[int, ...]:
+        """``ids`` as a tuple of ints, or ValueError naming what is wrong with them."""
+        try:
+            out = tuple(int(i) for i in ids)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"token ids must be a sequence of integers, got {ids!r}") from e
+        if not out and not allow_empty:
+            raise ValueError(
+                "empty token list: the model needs at least one token of context "
+                "(encode a prompt, or use a backend with a BOS token)"
+            )
+        n = len(self.vocab)
+        bad = [i for i in out if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {n}): {bad[:5]}")
+        if self.max_context is not None and len(out) > self.max_context:
+            raise ValueError(
+                f"context of {len(out)} tokens is longer than the model's maximum of "
+                f"{self.max_context} tokens"
+            )
+        return out
+
+    async def next_token_logprobs(self, ids: Sequence[int]) -> torch.Tensor:
+        """log p(. | ids) over the whole vocabulary (1-D, logsumexp == 0)."""
+        return await self._next_token_logprobs(self.check_ids(ids))
+
+    async def batch_next_token_logprobs(self, batch: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Rows log p(. | ids) for every context in ``batch`` (2-D)."""
+        checked = [self.check_ids(ids) for ids in batch]
+        if not checked:
+            return torch.empty((0, len(self.vocab)))
+        rows = await asyncio.gather(*(self._next_token_logprobs(ids) for ids in checked))
+        return torch.stack(rows)
+
+    @abstractmethod
+    async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor: ...

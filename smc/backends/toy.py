@@ -1,0 +1,93 @@
+"""ToyLM: a tiny exact language model, for tests and teaching."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from smc.backends.base import AsyncLM
+
+NextTokenProbs = Callable[[tuple[int, ...]], Sequence[float]]
+
+
+class ToyLM(AsyncLM):
+    """An LM given by its next-token probabilities: p(a | ids) = next_token_probs(ids)[a].
+
+    Args:
+        vocab: byte string of every token (EOS among them). Strings are UTF-8 encoded.
+        eos: the EOS token's byte string (it must be in ``vocab``).
+        next_token_probs: a function of the context (a tuple of token ids) returning one
+            probability per token, summing to 1; or a table mapping contexts (tuples) to such
+            lists, with an optional ``None`` key as the default for contexts not in the table.
+
+    The empty prompt encodes to the empty context ``()``; other prompts are tokenized greedily
+    (longest token first), so ``encode`` round-trips any text made of vocabulary tokens.
+    Log-probabilities are float64 so that exactness tests can compare to 1e-9.
+    """
+
+    def __init__(
+        self,
+        vocab: Sequence[bytes | str],
+        eos: bytes | str,
+        next_token_probs: NextTokenProbs | Mapping[tuple[int, ...] | None, Sequence[float]],
+    ):
+        self.vocab = [v.encode() if isinstance(v, str) else bytes(v) for v in vocab]
+        eos_b = eos.encode() if isinstance(eos, str) else bytes(eos)
+        if eos_b not in self.vocab:
+            raise ValueError(f"EOS token {eos_b!r} is not in the vocabulary")
+        self.eos_token_ids = [i for i, v in enumerate(self.vocab) if v == eos_b][:1]
+        if callable(next_token_probs):
+            self._probs = next_token_probs
+        else:
+            table = dict(next_token_probs)
+
+            def lookup(ids: tuple[int, ...]) -> Sequence[float]:
+                if ids in table:
+                    return table[ids]
+                if None in table:
+                    return table[None]
+                raise KeyError(f"ToyLM table has no entry for context {ids} and no default")
+
+            self._probs = lookup
+        self.stats = {"calls": 0}
+
+    def encode(self, text: str) -> list[int]:
+        data = text.encode()
+        ids: list[int] = []
+        by_len = sorted(
+            (i for i in range(len(self.vocab)) if i not in self.eos_token_ids and self.vocab[i]),
+            key=lambda i: -len(self.vocab[i]),
+        )
+        pos = 0
+        while pos < len(data):
+            for i in by_len:
+                if data.startswith(self.vocab[i], pos):
+                    ids.append(i)
+                    pos += len(self.vocab[i])
+                    break
+            else:
+                raise ValueError(f"cannot tokenize {text!r}: no token matches at byte {pos}")
+        return ids
+
+    def check_ids(self, ids: Sequence[int], *, allow_empty: bool = True) -> tuple[int, ...]:
+        # A toy LM defines p(. | ()) itself, so the empty context is valid here.
+        return super().check_ids(ids, allow_empty=True)
+
+    def probs(self, ids: Sequence[int]) -> list[float]:
+        """The next-token probabilities exactly as the user gave them, validated."""
+        ids = self.check_ids(ids)
+        p = [float(x) for x in self._probs(ids)]
+        if len(p) != len(self.vocab):
+            raise ValueError(
+                f"next_token_probs{ids} has {len(p)} entries for a vocabulary of {len(self.vocab)}"
+            )
+        if any(x < 0 or math.isnan(x) for x in p) or abs(sum(p) - 1.0) > 1e-6:
+            raise ValueError(f"next_token_probs{ids} is not a probability vector: {p}")
+        return p
+
+    async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:
+        self.stats["calls"] += 1
+        p = torch.tensor(self.probs(ids), dtype=torch.float64)
+        return torch.log(p / p.sum())

@@ -1,0 +1,102 @@
+"""The Potential contract as an inheritable test class.
+
+Every potential's test module subclasses ``PotentialContract`` and provides ``potential()`` and
+``contexts()``; pytest then runs every check below on it. For each context x (and each symbol a
+with x a in the contexts' closure under one more symbol):
+
+    prefix(x) = -inf  =>  prefix(x a) = -inf and complete(x a) = -inf
+    logw_next(x)[a]   = prefix(x a) - prefix(x)
+    logw_next(x)[EOS] = complete(x) - prefix(x)
+    logw_subset and the batch methods equal the single versions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from potentials.base import NEG_INF, Potential
+
+TOL = 1e-6
+
+
+def same(a: float, b: float, tol: float = TOL) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= tol
+
+
+class PotentialContract:
+    #: how many non-EOS symbols to check at each context (None: all of them)
+    symbols_per_context: int | None = None
+
+    def potential(self) -> Potential:
+        raise NotImplementedError
+
+    def contexts(self) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def symbols(self, pot: Potential, ctx: Any, logw: np.ndarray) -> list[int]:
+        """Symbols to check at ``ctx``: every live one, then dead ones, up to the cap."""
+        non_eos = [a for a in range(pot.size) if a not in pot.eos_ids]
+        if self.symbols_per_context is None:
+            return non_eos
+        live = [a for a in non_eos if logw[a] > NEG_INF]
+        dead = [a for a in non_eos if logw[a] == NEG_INF]
+        rng = np.random.default_rng(0)
+        k = self.symbols_per_context
+        pick = list(rng.permutation(live)[:k]) + list(rng.permutation(dead)[: max(1, k // 4)])
+        return [int(a) for a in pick]
+
+    async def test_logw_next_matches_prefix_and_complete(self):
+        pot = self.potential()
+        for ctx in self.contexts():
+            base = await pot.prefix(ctx)
+            logw = await pot.logw_next(ctx)
+            assert logw.shape == (pot.size,)
+            if base == NEG_INF:
+                assert np.all(logw == NEG_INF), f"dead context {ctx!r} has live next symbols"
+                continue
+            done = await pot.complete(ctx)
+            for e in pot.eos_ids:
+                assert same(logw[e], done - base), (ctx, logw[e], done, base)
+            for a in self.symbols(pot, ctx, logw):
+                want = await pot.prefix(pot.extend(ctx, a)) - base
+                assert same(logw[a], want), (ctx, a, logw[a], want)
+
+    async def test_dead_prefixes_stay_dead(self):
+        pot = self.potential()
+        for ctx in self.contexts():
+            if await pot.prefix(ctx) != NEG_INF:
+                assert await pot.complete(ctx) <= await pot.prefix(ctx) + TOL
+                continue
+            assert await pot.complete(ctx) == NEG_INF
+            logw = await pot.logw_next(ctx)
+            for a in self.symbols(pot, ctx, logw):
+                longer = pot.extend(ctx, a)
+                assert await pot.prefix(longer) == NEG_INF, (ctx, a)
+                assert await pot.complete(longer) == NEG_INF, (ctx, a)
+
+    async def test_logw_subset_matches_logw_next(self):
+        pot = self.potential()
+        for ctx in self.contexts():
+            logw = await pot.logw_next(ctx)
+            syms = self.symbols(pot, ctx, logw) + list(pot.eos_ids)
+            sub = await pot.logw_subset(ctx, syms)
+            for a, v in zip(syms, sub):
+                assert same(v, logw[a]), (ctx, a, v, logw[a])
+
+    async def test_batch_methods_match_single(self):
+        pot = self.potential()
+        ctxs = list(self.contexts())
+        pre = await pot.batch_prefix(ctxs)
+        com = await pot.batch_complete(ctxs)
+        nxt = await pot.batch_logw_next(ctxs)
+        assert nxt.shape == (len(ctxs), pot.size)
+        for i, ctx in enumerate(ctxs):
+            assert same(pre[i], await pot.prefix(ctx))
+            assert same(com[i], await pot.complete(ctx))
+            single = await pot.logw_next(ctx)
+            assert all(same(x, y) for x, y in zip(nxt[i], single))
