@@ -1,0 +1,652 @@
+"""Regular expressions compiled to automata over UTF-8 bytes, with exact liveness.
+
+For a pattern P (Python ``re`` syntax, read as a full match over text) the byte language is
+
+    L(P) = { s.encode("utf-8") : re.fullmatch(P, s) }
+
+and ``ByteDFA.step(q, b)`` is None exactly when no byte string continuing the prefix reaches
+L(P): dead ends are found as soon as they exist (``a{3}b`` after ``aaaa``), and a prefix that
+stops inside a multi-byte character is alive iff some completion of that character is.
+
+Route: Python's own parser (``re._parser``) gives the syntax tree; a Thompson NFA is built over
+code-point sets, with the zero-width anchors (``^ $ \\A \\Z \\b \\B``) kept as guarded epsilon
+edges; code points are grouped into classes that every set treats alike; a lazily built DFA over
+those classes tracks the previous character's kind (for anchors); a UTF-8 layer on top turns
+bytes into characters. Every transition is computed once and then looked up in O(1).
+
+Case-insensitive sets are made exact by asking Python's ``re`` itself about every cased code
+point, so ``IGNORECASE`` agrees with ``re`` including its special folds (e.g. the Kelvin sign).
+Lookarounds, backreferences, conditional groups, atomic groups and possessive repeats are not
+regular in this construction and raise ``UnsupportedRegex``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+import re._constants as C
+import re._parser as sre_parse
+from typing import Iterable
+
+import _sre
+
+MAXCP = 0x10FFFF
+SUR_LO, SUR_HI = 0xD800, 0xDFFF
+UNCOMPUTED, DEAD = -2, -1
+
+Intervals = tuple[tuple[int, int], ...]
+
+
+class UnsupportedRegex(ValueError):
+    """A valid pattern that uses a feature this automaton cannot express (lookarounds, ...)."""
+
+
+class InvalidRegex(ValueError):
+    """A pattern Python's ``re`` rejects; ``msg`` and ``pos`` are re's own."""
+
+    def __init__(self, pattern: str, msg: str, pos: int | None):
+        where = f" at position {pos}" if pos is not None else ""
+        super().__init__(f"invalid regex {pattern!r}: {msg}{where}")
+        self.msg, self.pos = msg, pos
+
+
+# ---------------------------------------------------------------------------- code-point sets
+
+
+def _normalize(ivs: Iterable[tuple[int, int]]) -> Intervals:
+    out: list[list[int]] = []
+    for lo, hi in sorted(ivs):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((a, b) for a, b in out)
+
+
+def _complement(ivs: Intervals) -> Intervals:
+    out, nxt = [], 0
+    for lo, hi in ivs:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= MAXCP:
+        out.append((nxt, MAXCP))
+    return tuple(out)
+
+
+def _contains(ivs: Intervals, cp: int) -> bool:
+    i = bisect.bisect_right(ivs, (cp, MAXCP + 1)) - 1
+    return i >= 0 and ivs[i][0] <= cp <= ivs[i][1]
+
+
+@functools.lru_cache(maxsize=1)
+def _all_text() -> str:
+    return "".join(map(chr, range(SUR_LO))) + "".join(map(chr, range(SUR_HI + 1, MAXCP + 1)))
+
+
+@functools.lru_cache(maxsize=None)
+def _category(escape: str, ascii_: bool) -> Intervals:
+    """The code points ``re`` puts in ``\\d``, ``\\w`` or ``\\s`` (read off re itself)."""
+    rx = re.compile(escape + "+", re.ASCII if ascii_ else 0)
+    return tuple((m.start() if m.start() < SUR_LO else m.start() + 0x800,
+                  (m.end() - 1) if m.end() - 1 < SUR_LO else m.end() - 1 + 0x800)
+                 for m in rx.finditer(_all_text()))
+
+
+@functools.lru_cache(maxsize=1)
+def _cased() -> tuple[int, ...]:
+    """Every code point that takes part in any case mapping (a generous superset)."""
+    out = set()
+    for cp in range(MAXCP + 1):
+        if SUR_LO <= cp <= SUR_HI:
+            continue
+        ch = chr(cp)
+        if _sre.unicode_iscased(cp) or ch.lower() != ch or ch.upper() != ch or ch.casefold() != ch:
+            out.add(cp)
+            out.add(_sre.unicode_tolower(cp))
+            for s in (ch.lower(), ch.upper(), ch.casefold()):
+                if len(s) == 1:
+                    out.add(ord(s))
+    return tuple(sorted(out))
+
+
+_CATEGORY = {
+    C.CATEGORY_DIGIT: ("\\d", False), C.CATEGORY_NOT_DIGIT: ("\\d", True),
+    C.CATEGORY_SPACE: ("\\s", False), C.CATEGORY_NOT_SPACE: ("\\s", True),
+    C.CATEGORY_WORD: ("\\w", False), C.CATEGORY_NOT_WORD: ("\\w", True),
+}
+
+
+def _render(op, av) -> str:
+    """One set item in re syntax (so that re itself can be asked about it)."""
+    if op is C.LITERAL:
+        return "\\U%08x" % av
+    if op is C.RANGE:
+        return "\\U%08x-\\U%08x" % av
+    if op is C.CATEGORY:
+        esc, neg = _CATEGORY[av]
+        return esc.upper() if neg else esc
+    raise AssertionError(op)
+
+
+def _item_set(op, av, ascii_: bool) -> Intervals:
+    if op is C.LITERAL:
+        return ((av, av),)
+    if op is C.RANGE:
+        return ((av[0], av[1]),)
+    if op is C.CATEGORY:
+        esc, neg = _CATEGORY[av]
+        s = _category(esc, ascii_)
+        return _complement(s) if neg else s
+    raise AssertionError(op)
+
+
+@functools.lru_cache(maxsize=4096)
+def _charset(items: tuple, flags: int) -> Intervals:
+    """Code points matched by the set ``[items]`` under ``flags`` (IGNORECASE settled by re)."""
+    ascii_ = bool(flags & C.SRE_FLAG_ASCII)
+    negate = bool(items) and items[0][0] is C.NEGATE
+    body = items[1:] if negate else items
+    ivs = _normalize(iv for op, av in body for iv in _item_set(op, av, ascii_))
+    if flags & C.SRE_FLAG_IGNORECASE and body:
+        rx = re.compile("[" + "".join(_render(op, av) for op, av in body) + "]",
+                        re.IGNORECASE | (re.ASCII if ascii_ else 0))
+        cased = _cased()
+        hits = [(cp, cp) for cp in cased if rx.fullmatch(chr(cp))]
+        # outside the cased code points membership is the plain one
+        keep: list[tuple[int, int]] = []
+        for lo, hi in ivs:
+            i = bisect.bisect_left(cased, lo)
+            start = lo
+            while i < len(cased) and cased[i] <= hi:
+                if cased[i] > start:
+                    keep.append((start, cased[i] - 1))
+                start = cased[i] + 1
+                i += 1
+            if start <= hi:
+                keep.append((start, hi))
+        ivs = _normalize(keep + hits)
+    return _complement(ivs) if negate else ivs
+
+
+# ---------------------------------------------------------------------------- NFA
+
+# zero-width assertions on epsilon edges
+BEGIN, BOL, END_Z, EOL, DOLLAR, BOUND, NONBOUND, BOUND_A, NONBOUND_A = range(9)
+_UNSUPPORTED = {
+    C.ASSERT: "lookaround", C.ASSERT_NOT: "negative lookaround",
+    C.GROUPREF: "backreference", C.GROUPREF_EXISTS: "conditional group",
+    C.ATOMIC_GROUP: "atomic group", C.POSSESSIVE_REPEAT: "possessive repeat",
+}
+
+
+class _NFA:
+    def __init__(self) -> None:
+        self.eps: list[list[tuple[int | None, int]]] = []
+        self.chars: list[list[tuple[int, int]]] = []
+        self.sets: list[Intervals] = []
+        self._set_ids: dict[Intervals, int] = {}
+        self.has_assertions = False
+
+    def new(self) -> int:
+        self.eps.append([])
+        self.chars.append([])
+        return len(self.eps) - 1
+
+    def set_id(self, ivs: Intervals) -> int:
+        if ivs not in self._set_ids:
+            self._set_ids[ivs] = len(self.sets)
+            self.sets.append(ivs)
+        return self._set_ids[ivs]
+
+    def char(self, src: int, ivs: Intervals) -> int:
+        dst = self.new()
+        if ivs:
+            self.chars[src].append((self.set_id(ivs), dst))
+        return dst
+
+    def build(self, seq, src: int, flags: int, pattern: str) -> int:
+        """Add the sequence of parse items starting at ``src``; returns its end state."""
+        cur = src
+        for op, av in seq:
+            cur = self.item(op, av, cur, flags, pattern)
+        return cur
+
+    def item(self, op, av, cur: int, flags: int, pattern: str) -> int:
+        if op in _UNSUPPORTED:
+            raise UnsupportedRegex(f"regex {pattern!r} uses a {_UNSUPPORTED[op]}, which a finite "
+                                   "automaton cannot express")
+        if op is C.LITERAL:
+            return self.char(cur, _charset(((C.LITERAL, av),), flags))
+        if op is C.NOT_LITERAL:
+            return self.char(cur, _complement(_charset(((C.LITERAL, av),), flags)))
+        if op is C.ANY:
+            full = ((0, MAXCP),)
+            return self.char(cur, full if flags & C.SRE_FLAG_DOTALL else _complement(((10, 10),)))
+        if op is C.IN:
+            return self.char(cur, _charset(tuple(av), flags))
+        if op is C.SUBPATTERN:
+            _, add, remove, sub = av
+            return self.build(sub, cur, (flags | add) & ~remove, pattern)
+        if op is C.BRANCH:
+            end = self.new()
+            for alt in av[1]:
+                start = self.new()
+                self.eps[cur].append((None, start))
+                self.eps[self.build(alt, start, flags, pattern)].append((None, end))
+            return end
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT):
+            lo, hi, sub = av
+            for _ in range(lo):
+                cur = self.build(sub, cur, flags, pattern)
+            if hi is C.MAXREPEAT:
+                start = self.new()
+                self.eps[cur].append((None, start))
+                self.eps[self.build(sub, start, flags, pattern)].append((None, start))
+                return start
+            end = self.new()
+            for _ in range(hi - lo):
+                self.eps[cur].append((None, end))
+                cur = self.build(sub, cur, flags, pattern)
+            self.eps[cur].append((None, end))
+            return end
+        if op is C.AT:
+            self.has_assertions = True
+            ml = bool(flags & C.SRE_FLAG_MULTILINE)
+            ascii_ = bool(flags & C.SRE_FLAG_ASCII)
+            kind = {
+                C.AT_BEGINNING: BOL if ml else BEGIN, C.AT_BEGINNING_STRING: BEGIN,
+                C.AT_END: EOL if ml else DOLLAR, C.AT_END_STRING: END_Z,
+                C.AT_BOUNDARY: BOUND_A if ascii_ else BOUND,
+                C.AT_NON_BOUNDARY: NONBOUND_A if ascii_ else NONBOUND,
+            }.get(av)
+            if kind is None:
+                raise UnsupportedRegex(f"regex {pattern!r} uses the anchor {av}")
+            dst = self.new()
+            self.eps[cur].append((kind, dst))
+            return dst
+        raise UnsupportedRegex(f"regex {pattern!r} uses {op}, which is not supported")
+
+
+# ---------------------------------------------------------------------------- the automaton
+
+# A character's kind as anchors see it: (is newline, is Unicode word, is ASCII word).
+Kind = tuple[bool, bool, bool]
+_NEWLINE: Kind = (True, False, False)
+
+
+def _holds(kind: int, prev: Kind | None, nxt: Kind | None) -> bool:
+    if kind == BEGIN:
+        return prev is None
+    if kind == BOL:
+        return prev is None or prev[0]
+    if kind == END_Z:
+        return nxt is None
+    if kind == EOL:
+        return nxt is None or nxt[0]
+    k = 1 if kind in (BOUND, NONBOUND) else 2
+    a = prev is not None and prev[k]
+    b = nxt is not None and nxt[k]
+    if kind in (BOUND, BOUND_A):
+        return a != b
+    return a == b and not (prev is None and nxt is None)  # re's \B fails on empty text
+
+
+def _utf8_range(part: tuple[int, ...]) -> tuple[int, int] | None:
+    """Code points whose UTF-8 encoding starts with the incomplete sequence ``part``."""
+    lead = part[0]
+    if 0xC2 <= lead <= 0xDF:
+        n, lo_cp, hi_cp, bits = 2, 0x80, 0x7FF, lead & 0x1F
+    elif 0xE0 <= lead <= 0xEF:
+        n, lo_cp, hi_cp, bits = 3, 0x800, 0xFFFF, lead & 0x0F
+    elif 0xF0 <= lead <= 0xF4:
+        n, lo_cp, hi_cp, bits = 4, 0x10000, MAXCP, lead & 0x07
+    else:
+        return None
+    for b in part[1:]:
+        if not 0x80 <= b <= 0xBF:
+            return None
+        bits = (bits << 6) | (b & 0x3F)
+    free = 6 * (n - len(part))
+    lo, hi = max(bits << free, lo_cp), min(((bits + 1) << free) - 1, hi_cp)
+    if n == 3:
+        if SUR_LO <= lo and hi <= SUR_HI:
+            return None
+        if SUR_LO <= hi <= SUR_HI:
+            hi = SUR_LO - 1
+        if SUR_LO <= lo <= SUR_HI:
+            lo = SUR_HI + 1
+    return (lo, hi) if lo <= hi else None
+
+
+def _utf8_len(lead: int) -> int:
+    return 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+
+
+class ByteDFA:
+    """Deterministic automaton over UTF-8 bytes for one regex, built lazily.
+
+    ``start`` is the empty prefix's state; ``step(q, b)`` the state after byte b, or None when
+    no continuation can reach a full match (exact); ``accepts(q)``: the bytes so far fully match.
+    """
+
+    def __init__(self, nfa: _NFA, start: int, final: int):
+        self._nfa, self._final, self._has_at = nfa, final, nfa.has_assertions
+        sets = list(nfa.sets)
+        if self._has_at:
+            # anchors need to know newlines and word characters
+            sets += [((10, 10),), _category("\\w", False), _category("\\w", True)]
+        self._classify(sets, len(nfa.sets))
+        # character-level DFA: states are (kernel, kind of previous char or None at start)
+        self._cstates: list[tuple[frozenset, Kind | None]] = []
+        self._cids: dict[tuple[frozenset, Kind | None], int] = {}
+        self._cdelta: dict[tuple[int, int], int] = {}
+        self._closures: dict[tuple[int, Kind | None | int], frozenset] = {}
+        self._clive: dict[int, bool] = {}
+        # byte-level states: (character state, incomplete UTF-8 bytes)
+        self._bstates: list[tuple[int, tuple[int, ...]]] = []
+        self._bids: dict[tuple[int, tuple[int, ...]], int] = {}
+        self._trans: list[list[int]] = []
+        self._accept: list[bool | None] = []
+        self._coreach = None if self._has_at else self._coreachable()
+        init = self._cid(frozenset({(start, 0)}), None if self._has_at else ())
+        self.start: int = self._bid(init, ())
+
+    # -- classes of code points that every set treats alike
+    def _classify(self, sets: list[Intervals], n_nfa_sets: int) -> None:
+        cuts = {0, MAXCP + 1, SUR_LO, SUR_HI + 1}
+        for s in sets:
+            for lo, hi in s:
+                cuts.add(lo)
+                cuts.add(hi + 1)
+        bounds = sorted(cuts)[:-1]
+        masks = [0] * len(bounds)
+        for m, s in enumerate(sets):
+            for lo, hi in s:
+                i = bisect.bisect_left(bounds, lo)
+                while i < len(bounds) and bounds[i] <= hi:
+                    masks[i] |= 1 << m
+                    i += 1
+        ids: dict[int, int] = {}
+        iv_class = []
+        for start, mask in zip(bounds, masks):
+            if start == SUR_LO:
+                iv_class.append(-1)  # surrogates never come from UTF-8
+                continue
+            iv_class.append(ids.setdefault(mask, len(ids)))
+        self._bounds, self._iv_class = bounds, iv_class
+        self._class_mask = [0] * len(ids)
+        for mask, k in ids.items():
+            self._class_mask[k] = mask & ((1 << n_nfa_sets) - 1)
+        self._class_kind: list[Kind] = [()] * len(ids)  # type: ignore[list-item]
+        if self._has_at:
+            nl, wu, wa = n_nfa_sets, n_nfa_sets + 1, n_nfa_sets + 2
+            for mask, k in ids.items():
+                self._class_kind[k] = (bool(mask >> nl & 1), bool(mask >> wu & 1),
+                                       bool(mask >> wa & 1))
+        self._n_classes = len(ids)
+        self._ascii_class = [self._class_of(b) for b in range(128)]
+
+    def _class_of(self, cp: int) -> int:
+        return self._iv_class[bisect.bisect_right(self._bounds, cp) - 1]
+
+    def _classes_in(self, lo: int, hi: int) -> set[int]:
+        i = bisect.bisect_right(self._bounds, lo) - 1
+        j = bisect.bisect_right(self._bounds, hi) - 1
+        return {k for k in self._iv_class[i:j + 1] if k >= 0}
+
+    # -- character-level DFA
+    def _cid(self, kernel: frozenset, prev: Kind | None) -> int:
+        if not kernel:
+            return DEAD
+        key = (kernel, prev)
+        sid = self._cids.get(key)
+        if sid is None:
+            sid = self._cids[key] = len(self._cstates)
+            self._cstates.append(key)
+        return sid
+
+    def _closure(self, sid: int, nxt: Kind | None) -> frozenset:
+        """Epsilon closure of a state's kernel, anchors judged with the next char's kind.
+
+        Elements are (nfa state, flag): flag 1 means the rest of the text must be exactly
+        "\\n" (a ``$`` passed before a final newline), flag 2 that the text must end here.
+        """
+        key = (sid, nxt)
+        got = self._closures.get(key)
+        if got is not None:
+            return got
+        kernel, prev = self._cstates[sid]
+        eps = self._nfa.eps
+        seen = set(kernel)
+        stack = list(kernel)
+        while stack:
+            q, flag = stack.pop()
+            ahead = None if flag == 2 else _NEWLINE if flag == 1 else nxt
+            for kind, dst in eps[q]:
+                if kind is None:
+                    item = (dst, flag)
+                elif kind == DOLLAR:
+                    if ahead is None:
+                        item = (dst, flag)
+                    elif ahead[0]:
+                        item = (dst, 1)
+                    else:
+                        continue
+                elif _holds(kind, prev, ahead):
+                    item = (dst, flag)
+                else:
+                    continue
+                if item not in seen:
+                    seen.add(item)
+                    stack.append(item)
+        got = self._closures[key] = frozenset(seen)
+        return got
+
+    def _cstep(self, sid: int, k: int) -> int:
+        key = (sid, k)
+        got = self._cdelta.get(key)
+        if got is not None:
+            return got
+        kind = self._class_kind[k] if self._has_at else None
+        is_nl = kind is not None and kind[0]
+        mask = self._class_mask[k]
+        chars = self._nfa.chars
+        new = set()
+        for q, flag in self._closure(sid, kind):
+            if flag == 2 or (flag == 1 and not is_nl):
+                continue
+            nflag = 2 if flag == 1 else 0
+            for m, dst in chars[q]:
+                if mask >> m & 1:
+                    new.add((dst, nflag))
+        got = self._cdelta[key] = self._cid(frozenset(new), kind if self._has_at else ())
+        return got
+
+    def _caccepts(self, sid: int) -> bool:
+        return any(q == self._final and flag != 1 for q, flag in self._closure(sid, None))
+
+    def _coreachable(self) -> set[int]:
+        """NFA states with a path to the final state (exact liveness when there are no anchors)."""
+        nfa = self._nfa
+        usable = [any(not (SUR_LO <= lo and hi <= SUR_HI) for lo, hi in s) for s in nfa.sets]
+        back: list[list[int]] = [[] for _ in nfa.eps]
+        for q in range(len(nfa.eps)):
+            for _, dst in nfa.eps[q]:
+                back[dst].append(q)
+            for m, dst in nfa.chars[q]:
+                if usable[m]:
+                    back[dst].append(q)
+        seen, stack = {self._final}, [self._final]
+        while stack:
+            for p in back[stack.pop()]:
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return seen
+
+    def _live(self, sid: int) -> bool:
+        """Can some text take character state ``sid`` to a full match?"""
+        if sid == DEAD:
+            return False
+        got = self._clive.get(sid)
+        if got is not None:
+            return got
+        if self._coreach is not None:
+            got = self._clive[sid] = any(q in self._coreach for q, _ in self._closure(sid, None))
+            return got
+        # with anchors: explore everything reachable, then propagate liveness backwards
+        order, seen, preds = [sid], {sid}, {}
+        i = 0
+        while i < len(order):
+            s = order[i]
+            i += 1
+            if self._clive.get(s) is not None:
+                continue
+            for k in range(self._n_classes):
+                t = self._cstep(s, k)
+                if t == DEAD:
+                    continue
+                preds.setdefault(t, []).append(s)
+                if t not in seen:
+                    seen.add(t)
+                    order.append(t)
+        alive = [s for s in order if self._clive.get(s) or (s not in self._clive
+                                                              and self._caccepts(s))]
+        live = set(alive)
+        while alive:
+            s = alive.pop()
+            for p in preds.get(s, ()):
+                if p not in live:
+                    live.add(p)
+                    alive.append(p)
+        for s in order:
+            self._clive.setdefault(s, s in live)
+        return self._clive[sid]
+
+    # -- byte level
+    def _bid(self, sid: int, part: tuple[int, ...]) -> int:
+        key = (sid, part)
+        bid = self._bids.get(key)
+        if bid is None:
+            bid = self._bids[key] = len(self._bstates)
+            self._bstates.append(key)
+            self._trans.append([UNCOMPUTED] * 256)
+            self._accept.append(None)
+        return bid
+
+    def _compute(self, state: int, byte: int) -> int:
+        sid, part = self._bstates[state]
+        if sid == DEAD:
+            return DEAD
+        part = part + (byte,)
+        if len(part) == 1 and byte < 0x80:
+            t = self._cstep(sid, self._ascii_class[byte])
+            return self._bid(t, ()) if self._live(t) else DEAD
+        span = _utf8_range(part)
+        if span is None:
+            return DEAD
+        if len(part) == _utf8_len(part[0]):
+            t = self._cstep(sid, self._class_of(span[0]))
+            return self._bid(t, ()) if self._live(t) else DEAD
+        for k in self._classes_in(*span):
+            if self._live(self._cstep(sid, k)):
+                return self._bid(sid, part)
+        return DEAD
+
+    def step(self, state: int, byte: int) -> int | None:
+        """State after ``byte``, or None when no continuation can fully match."""
+        row = self._trans[state]
+        t = row[byte]
+        if t == UNCOMPUTED:
+            t = row[byte] = self._compute(state, byte)
+        return None if t == DEAD else t
+
+    def walk(self, state: int | None, data: bytes) -> int | None:
+        """State after all of ``data`` (None once dead)."""
+        trans = self._trans
+        for byte in data:
+            if state is None:
+                return None
+            t = trans[state][byte]
+            if t == UNCOMPUTED:
+                t = trans[state][byte] = self._compute(state, byte)
+            state = None if t == DEAD else t
+        return state
+
+    def accepts(self, state: int) -> bool:
+        """Do the bytes that led to ``state`` fully match?"""
+        got = self._accept[state]
+        if got is None:
+            sid, part = self._bstates[state]
+            got = self._accept[state] = sid != DEAD and not part and self._caccepts(sid)
+        return got
+
+    def live(self, state: int) -> bool:
+        """Can some continuation of ``state`` fully match? (False only for a dead ``start``.)"""
+        sid, _ = self._bstates[state]
+        return self._live(sid)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the pattern matches no text at all."""
+        return not self.live(self.start)
+
+    def next_bytes(self, state: int) -> list[int]:
+        """Bytes that keep ``state`` alive."""
+        return [b for b in range(256) if self.step(state, b) is not None]
+
+    def fullmatch(self, data: bytes) -> bool:
+        q = self.walk(self.start, data)
+        return q is not None and self.accepts(q)
+
+    @property
+    def num_states(self) -> int:
+        """Byte-level states built so far (the automaton grows lazily)."""
+        return len(self._bstates)
+
+
+def parse_flags(pattern: str, flags: int) -> tuple[object, int]:
+    """``re``'s parse tree of ``pattern`` and its global flags; InvalidRegex on bad syntax."""
+    if not isinstance(pattern, str):
+        raise TypeError(f"regex pattern must be a str, got {type(pattern).__name__}")
+    try:
+        tree = sre_parse.parse(pattern, flags)
+    except re.error as e:
+        raise InvalidRegex(pattern, e.msg, e.pos) from None
+    except (ValueError, OverflowError) as e:
+        raise InvalidRegex(pattern, str(e), None) from None
+    return tree, tree.state.flags
+
+
+def compile_regex(pattern: str, flags: int = 0) -> ByteDFA:
+    """The byte automaton of ``{s.encode() : re.fullmatch(pattern, s, flags)}``.
+
+    Raises InvalidRegex (a ValueError naming re's message and position) for invalid syntax,
+    UnsupportedRegex (a ValueError) for lookarounds, backreferences, conditionals, atomic groups
+    and possessive repeats, and for syntax only the ``regex`` package knows (e.g. ``\\p{L}``).
+    """
+    flags = int(flags)
+    try:
+        tree, gflags = parse_flags(pattern, flags)
+    except InvalidRegex as err:
+        if not _regex_package_accepts(pattern, flags):
+            raise err from None
+        raise UnsupportedRegex(
+            f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks"
+        ) from None
+    nfa = _NFA()
+    start = nfa.new()
+    final = nfa.build(tree.data, start, gflags, pattern)
+    return ByteDFA(nfa, start, final)
+
+
+def _regex_package_accepts(pattern: str, flags: int) -> bool:
+    import regex
+
+    try:
+        regex.compile(pattern, flags)
+    except Exception:
+        return False
+    return True

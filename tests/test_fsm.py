@@ -1,0 +1,170 @@
+"""The regex-to-byte-DFA compiler against Python's re: full matches and exact liveness."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import deque
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from potentials.fsm import ByteDFA, InvalidRegex, UnsupportedRegex, compile_regex
+
+# (pattern, flags, alphabet for exhaustive strings up to length 5)
+CASES = [
+    (r"a{3}b", 0, "ab"),
+    (r"(a|bc)*c?", 0, "abc"),
+    (r"a*?b+|ba{2,}", 0, "ab"),
+    (r"[^a]b.", 0, "ab\né"),
+    (r"a.b", re.DOTALL, "ab\n"),
+    (r"\w+\s\d", 0, "a1 ١é_"),
+    (r"\w\d", re.ASCII, "a1١é"),
+    (r"(?i)k[a-c]", 0, "kKKAbC"),
+    (r"[^x-z]+", re.IGNORECASE, "xXaé"),
+    (r"é+|€ü", 0, "é€üa"),
+    (r"\bab\b|a\Bb", 0, "ab "),
+    (r"\b\w+\b", re.ASCII, "aé "),
+    (r"a$|b$\n", 0, "ab\n"),
+    (r"^a$\n?", re.MULTILINE, "ab\n"),
+    (r"(?m)a$\n^b", 0, "ab\n"),
+    (r"\Aa\Z|b", 0, "ab\n"),
+    (r"(?x) a  b # comment", 0, "ab "),
+    (r"(ab|a)(bc|c)?", 0, "abc"),
+    (r"x?", 0, "x"),
+    (r"𝄞{2}|a", 0, "𝄞a"),
+]
+
+
+def completion(dfa: ByteDFA, state: int, limit: int = 64) -> bytes | None:
+    """Shortest bytes taking ``state`` to acceptance (breadth-first over live steps)."""
+    seen, todo = {state}, deque([(state, b"")])
+    while todo:
+        q, w = todo.popleft()
+        if dfa.accepts(q):
+            return w
+        if len(w) >= limit:
+            continue
+        for b in range(256):
+            t = dfa.step(q, b)
+            if t is not None and t not in seen:
+                seen.add(t)
+                todo.append((t, w + bytes((b,))))
+    return None
+
+
+def check_string(dfa: ByteDFA, rx: re.Pattern, text: str) -> None:
+    data = text.encode()
+    want = rx.fullmatch(text) is not None
+    q = dfa.walk(dfa.start, data)
+    assert (q is not None and dfa.accepts(q)) == want, (rx.pattern, text)
+    if want:  # no false dead ends: every byte prefix of a match is alive
+        state = dfa.start
+        for i, b in enumerate(data):
+            state = dfa.step(state, b)
+            assert state is not None, (rx.pattern, text, data[: i + 1])
+    if q is not None:  # no missed dead ends: a live state has a real completion
+        w = completion(dfa, q)
+        assert w is not None, (rx.pattern, text)
+        assert rx.fullmatch((data + w).decode()), (rx.pattern, text, w)
+
+
+@pytest.mark.parametrize("pattern,flags,alphabet", CASES)
+def test_exhaustive_small_alphabets(pattern, flags, alphabet):
+    dfa, rx = compile_regex(pattern, flags), re.compile(pattern, flags)
+    for n in range(6):
+        for chars in itertools.product(alphabet, repeat=n):
+            check_string(dfa, rx, "".join(chars))
+
+
+@pytest.mark.parametrize("pattern,flags,alphabet", CASES)
+def test_byte_prefixes_inside_characters(pattern, flags, alphabet):
+    """A prefix ending inside a multi-byte character is alive iff a completion of it is."""
+    dfa, rx = compile_regex(pattern, flags), re.compile(pattern, flags)
+    for n in range(4):
+        for chars in itertools.product(alphabet, repeat=n):
+            data = "".join(chars).encode()
+            for cut in range(len(data) + 1):
+                q = dfa.walk(dfa.start, data[:cut])
+                if q is not None:
+                    w = completion(dfa, q)
+                    assert w is not None and rx.fullmatch((data[:cut] + w).decode())
+
+
+def test_dead_end_found_as_soon_as_it_exists():
+    dfa = compile_regex(r"a{3}b")
+    assert dfa.walk(dfa.start, b"aaa") is not None
+    assert dfa.walk(dfa.start, b"aaaa") is None
+    dfa = compile_regex(r"(ab)*c|a")
+    assert dfa.walk(dfa.start, b"aba") is not None
+    assert dfa.walk(dfa.start, b"abb") is None
+
+
+def test_invalid_utf8_is_dead():
+    dfa = compile_regex(r"(?s).*")
+    for bad in [b"\xff", b"\xc0\x80", b"\xe0\x80", b"\xed\xa0", b"\xf4\x90", b"a\x80", b"\xc3a"]:
+        assert dfa.walk(dfa.start, bad) is None, bad
+    assert dfa.walk(dfa.start, b"\xf0\x9d") is not None
+    assert not dfa.accepts(dfa.walk(dfa.start, b"\xf0\x9d"))
+
+
+def test_ignorecase_agrees_with_re_on_all_cased_code_points():
+    from potentials.fsm import _cased
+
+    for pattern in [r"(?i)k", r"(?i)[a-z]", r"(?i)[^s]", r"(?i)ß", r"(?ia)k"]:
+        dfa, rx = compile_regex(pattern), re.compile(pattern)
+        for cp in _cased():
+            ch = chr(cp)
+            assert dfa.fullmatch(ch.encode()) == (rx.fullmatch(ch) is not None), (pattern, hex(cp))
+
+
+def test_unicode_classes_agree_with_re_on_every_code_point():
+    for pattern, flags in [(r"\w", 0), (r"\d", 0), (r"\s", 0), (r"\W", re.ASCII), (r".", 0)]:
+        dfa, rx = compile_regex(pattern, flags), re.compile(pattern, flags)
+        for cp in itertools.chain(range(0, 0xD800, 7), range(0xE000, 0x110000, 97)):
+            ch = chr(cp)
+            assert dfa.fullmatch(ch.encode()) == (rx.fullmatch(ch) is not None), (pattern, cp)
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(InvalidRegex, match=r"bad character range .* at position 1"):
+        compile_regex(r"[z-a]")
+    with pytest.raises(ValueError, match="unterminated character set"):
+        compile_regex("[]")
+    with pytest.raises(UnsupportedRegex, match="lookaround"):
+        compile_regex(r"a(?=b)")
+    with pytest.raises(UnsupportedRegex, match="backreference"):
+        compile_regex(r"(a)\1")
+    with pytest.raises(UnsupportedRegex, match="regex"):
+        compile_regex(r"\p{L}")
+    with pytest.raises(TypeError):
+        compile_regex(b"a")  # type: ignore[arg-type]
+
+
+def test_empty_language_is_reported():
+    assert compile_regex(r"[^\s\S]").is_empty
+    assert compile_regex(r"a\Zb").is_empty
+    assert not compile_regex(r"").is_empty
+    dfa = compile_regex(r"[^\s\S]")
+    assert dfa.step(dfa.start, ord("a")) is None and not dfa.accepts(dfa.start)
+
+
+PATTERNS = [r"[0-9]{3}-[0-9]{4}", r"(\w+ ){1,3}\w+\.", r"(?i)(ab|é€)+x?", r"[a-c]*d[^e]{2}",
+            r"\d+(\.\d+)?(e-?\d+)?", r"(?s)<.*?>"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_hypothesis_matches_and_mutations(data):
+    pattern = data.draw(st.sampled_from(PATTERNS))
+    dfa, rx = compile_regex(pattern), re.compile(pattern)
+    text = data.draw(st.from_regex(pattern, fullmatch=True))
+    check_string(dfa, rx, text)
+    ops = data.draw(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40),
+                                       st.sampled_from("a1 -.é€x\n<>")), max_size=3))
+    for op, i, ch in ops:
+        i = min(i, len(text))
+        text = (text[:i] + ch + text[i:] if op == 0 else text[:i] + text[i + 1:] if op == 1
+                else text[:i] + ch + text[i + 1:])
+        check_string(dfa, rx, text)
