@@ -37,7 +37,17 @@ CASES = [
 ]
 
 
-def completion(dfa: ByteDFA, state: int, limit: int = 64) -> bytes | None:
+_COMPLETIONS: dict[tuple[ByteDFA, int], bytes | None] = {}
+
+
+def completion(dfa: ByteDFA, state: int) -> bytes | None:
+    key = (dfa, state)
+    if key not in _COMPLETIONS:
+        _COMPLETIONS[key] = _completion(dfa, state)
+    return _COMPLETIONS[key]
+
+
+def _completion(dfa: ByteDFA, state: int, limit: int = 64) -> bytes | None:
     """Shortest bytes taking ``state`` to acceptance (breadth-first over live steps)."""
     seen, todo = {state}, deque([(state, b"")])
     while todo:
