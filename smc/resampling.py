@@ -1,0 +1,72 @@
+"""Resampling schemes: choose n ancestors from normalized weights w (sum w = 1).
+
+Every scheme here is unbiased in its offspring counts, E[#{k : a_k = i}] = n w_i, which is what
+keeps the SMC estimate of Z unbiased when all weights are reset to their mean afterwards. They
+differ in variance: multinomial > stratified, residual; systematic is usually lowest (but has no
+general guarantee). Each takes a numpy Generator and returns ``n`` ancestor indices (int64).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def _pick(cdf_weights: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Index i with cumsum(w)[i-1] <= u < cumsum(w)[i] for each u (u sorted or not)."""
+    c = np.cumsum(cdf_weights)
+    idx = np.searchsorted(c, u * c[-1], side="right")
+    # u * c[-1] can round up to c[-1]; fall back to the last index of positive weight
+    return np.minimum(idx, np.flatnonzero(cdf_weights > 0)[-1])
+
+
+def multinomial(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """a_k i.i.d. ~ Categorical(w), k = 1..n."""
+    return _pick(w, rng.random(n))
+
+
+def stratified(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """a_k = F^-1((k + U_k) / n) with independent U_k ~ U[0, 1): one draw per stratum."""
+    return _pick(w, (np.arange(n) + rng.random(n)) / n)
+
+
+def systematic(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """a_k = F^-1((k + U) / n) with a single U ~ U[0, 1) shared by all strata."""
+    return _pick(w, (np.arange(n) + rng.random()) / n)
+
+
+def residual(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """floor(n w_i) copies of each i, then the remaining r draws multinomial on n w_i - floor(n w_i)."""
+    nw = n * np.asarray(w, dtype=float)
+    counts = np.floor(nw).astype(np.int64)
+    fixed = np.repeat(np.arange(len(w)), counts)
+    r = n - len(fixed)
+    if r == 0:
+        return fixed
+    rest = multinomial(np.maximum(nw - counts, 0.0), r, rng)
+    return np.concatenate([fixed, rest])
+
+
+SCHEMES: dict[str, Callable[[np.ndarray, int, np.random.Generator], np.ndarray]] = {
+    "multinomial": multinomial,
+    "stratified": stratified,
+    "systematic": systematic,
+    "residual": residual,
+}
+
+
+def get_scheme(name: str) -> Callable[[np.ndarray, int, np.random.Generator], np.ndarray]:
+    """The resampling function called ``name``, or ValueError listing the choices."""
+    if name not in SCHEMES:
+        raise ValueError(f"unknown resampling scheme {name!r}; choose one of {', '.join(SCHEMES)}")
+    return SCHEMES[name]
+
+
+def ess(log_weights: np.ndarray) -> float:
+    """Effective sample size (sum w)^2 / sum w^2 of exp(log_weights); 0 when all are -inf."""
+    lw = np.asarray(log_weights, dtype=float)
+    if lw.size == 0 or not np.any(lw > -np.inf):
+        return 0.0
+    w = np.exp(lw - lw.max())
+    return float(w.sum() ** 2 / (w**2).sum())

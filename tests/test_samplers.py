@@ -1,0 +1,164 @@
+"""Exactness of the token samplers by enumerating all their randomness (design.md test 1)."""
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+
+from potentials.base import NEG_INF, logsumexp
+from samplers import AWRSSampler, DirectSampler, MaskingSampler, ProposalSampler, make_sampler
+from samplers.awrs import log_inv_time
+from tests.toy_problems import FastToyLM, TokenPredicate, TokenSoft, enumerate_paths
+
+VOCAB = [b"a", b"b", b"c", b"d", b"e", b"<eos>"]
+EOS = 5
+
+
+def lm_probs(ids):
+    k = len(ids)
+    base = np.array([0.30, 0.25, 0.05, 0.15, 0.0, 0.25])  # token "e" has probability 0
+    return list(np.roll(base[:5], k).tolist() + [base[5]]) if k % 2 else base.tolist()
+
+
+LM = FastToyLM(VOCAB, b"<eos>", lm_probs)
+Q = FastToyLM(VOCAB, b"<eos>", lambda ids: [0.1, 0.1, 0.3, 0.2, 0.1, 0.2])
+
+# Constraints over token tuples: which next tokens are allowed depends on the context.
+ALLOWED = {
+    (): {1, 2, 4},  # "b", "c", "e"(p = 0): most LM mass is rejected
+    (1,): {0, 5},  # "a" or EOS
+    (2,): {3},  # a single allowed token
+    (3,): set(),  # dead end: Z = 0
+    (0,): set(range(6)),  # everything allowed
+}
+
+
+def viable(x):
+    return all(x[k] in ALLOWED.get(x[:k], set(range(6))) for k in range(len(x)))
+
+
+def done(x):
+    return EOS in ALLOWED.get(x, set(range(6)))
+
+
+PHI = TokenPredicate(6, [EOS], viable, done)
+
+
+def target(ctx, lm=LM, phi=PHI):
+    p = np.array(lm.probs(ctx))
+    logw = asyncio.run(phi.logw_next(ctx))
+    return p * np.exp(logw)
+
+
+def enumerated(sampler, ctx):
+    """sum over paths of P(path) * w, per token."""
+    paths = enumerate_paths(lambda draw: asyncio.run(sampler.sample(ctx, draw)))
+    acc = np.zeros(len(VOCAB))
+    total = sum(prob for prob, _ in paths)
+    assert math.isclose(total, 1.0, rel_tol=1e-9), total
+    for prob, (token, logw) in paths:
+        if logw > NEG_INF:
+            acc[token] += prob * math.exp(logw)
+        else:  # -inf only with a token the constraint rejects
+            assert target(ctx, sampler.lm)[token] == 0
+    return acc
+
+
+CONTEXTS = [(), (1,), (2,), (3,), (0,), (1, 0)]
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DirectSampler(LM, PHI),
+        lambda: AWRSSampler(LM, PHI),
+        lambda: AWRSSampler(LM, PHI, max_checks=0),
+        lambda: AWRSSampler(LM, PHI, max_checks=1),
+        lambda: AWRSSampler(LM, PHI, max_checks=2),
+        lambda: ProposalSampler(LM, PHI, proposal_lm=Q),
+        lambda: ProposalSampler(LM, PHI, proposal_lm=Q, inner=AWRSSampler),
+    ],
+    ids=["direct", "awrs", "awrs-cap0", "awrs-cap1", "awrs-cap2", "proposal", "proposal-awrs"],
+)
+def test_properly_weighted_by_enumeration(make, ctx):
+    sampler = make()
+    np.testing.assert_allclose(enumerated(sampler, ctx), target(ctx), rtol=1e-6, atol=1e-9)
+
+
+def test_masking_is_not_properly_weighted():
+    ctx = ()
+    got = enumerated(MaskingSampler(LM, PHI), ctx)
+    want = target(ctx)
+    assert not np.allclose(got, want, rtol=1e-6, atol=1e-9)
+    # ... it is the locally renormalized target instead
+    np.testing.assert_allclose(got, want / want.sum(), rtol=1e-9)
+
+
+def test_unconstrained_samplers_draw_from_the_lm():
+    for name in ["direct", "awrs", "masking"]:
+        got = enumerated(make_sampler(name, LM), ())
+        np.testing.assert_allclose(got, LM.probs(()), rtol=1e-9)
+
+
+def test_awrs_tiny_accepted_mass_is_exact_and_finite():
+    """The LM puts all but 1e-250 of its mass on rejected tokens: no NaN, no false -inf."""
+    tiny = 1e-250
+    lm = FastToyLM(VOCAB, b"<eos>", lambda ids: [0.5 - tiny, 0.5 - tiny, tiny, tiny, 0.0, 0.0])
+    phi = TokenPredicate(6, [EOS], lambda x: all(t in (2, 3) for t in x))
+    for cap in (64, 1):
+        sampler = AWRSSampler(lm, phi, max_checks=cap)
+        paths = enumerate_paths(lambda draw: asyncio.run(sampler.sample((), draw)))
+        for token in (2, 3):
+            logs = [math.log(prob) + lw for prob, (t, lw) in paths if t == token and prob > 0]
+            assert all(math.isfinite(v) for v in logs)
+            assert math.isclose(logsumexp(np.array(logs)), math.log(tiny), rel_tol=1e-9)
+
+
+def test_awrs_checks_few_tokens_on_a_large_vocabulary():
+    n = 2000
+    vocab = [f"t{i}".encode() for i in range(n - 1)] + [b"<eos>"]
+    p = np.random.default_rng(0).dirichlet(np.ones(n))
+    lm = FastToyLM(vocab, b"<eos>", lambda ids: p)
+    phi = TokenPredicate(n, [n - 1], lambda x: all(t % 2 == 0 for t in x))
+    sampler = AWRSSampler(lm, phi)
+    rng = np.random.default_rng(1)
+    ws = [math.exp(asyncio.run(sampler.sample((), rng))[1]) for _ in range(300)]
+    assert sampler.stats["checks"] / 300 < 6
+    z = float(p[::2].sum())
+    assert abs(np.mean(ws) - z) < 3 * np.std(ws) / math.sqrt(len(ws))
+
+
+def test_awrs_weighted_potential_uses_direct_and_undeclared_weights_raise():
+    soft = TokenSoft(6, [EOS], lambda x: -0.5 * len(x), lambda x: -0.5 * len(x) - 1.0)
+    sampler = AWRSSampler(LM, soft)
+    np.testing.assert_allclose(enumerated(sampler, ()), target((), phi=soft), rtol=1e-9)
+    soft.boolean = True  # lies: claims Boolean but returns graded weights
+    with pytest.raises(ValueError, match="Boolean"):
+        asyncio.run(AWRSSampler(LM, soft).sample((), np.random.default_rng(0)))
+
+
+def test_log_inv_time_closed_forms():
+    for m, k in [(1.0, 2), (0.3, 5), (1e-300, 3)]:
+        assert abs(log_inv_time([math.log(m)] * k) - math.log(m / (k - 1))) < 1e-11
+    for m1, m2 in [(1.0, 0.5), (1.0, 1e-12), (1e-5, 1e-290)]:
+        exact = math.log(m1 * m2 * math.log(m1 / m2) / (m1 - m2))
+        assert abs(log_inv_time([math.log(m1), math.log(m2)]) - exact) < 1e-11
+    with pytest.raises(ValueError):
+        log_inv_time([0.0])
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown sampler"):
+        make_sampler("gibbs", LM)
+    with pytest.raises(ValueError, match="lift"):
+        DirectSampler(LM, TokenPredicate(257, [256], lambda x: True))
+    with pytest.raises(TypeError, match="Generator"):
+        asyncio.run(DirectSampler(LM).sample((), 42))
+
+
+def test_same_seed_same_draws():
+    s = AWRSSampler(LM, PHI)
+    a = [asyncio.run(s.sample((), np.random.default_rng(7))) for _ in range(3)]
+    assert a[0] == a[1] == a[2]
