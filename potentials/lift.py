@@ -1,0 +1,235 @@
+"""Lifting a byte-level potential to an LM's token vocabulary.
+
+With V the LM's vocabulary (token id -> bytes) and phi a BytePotential, the lifted potential on
+token sequences x = (x_1 .. x_n) is
+
+    prefix(x)   = phi.prefix(V[x_1] ... V[x_n])
+    complete(x) = phi.complete(V[x_1] ... V[x_n])
+
+EOS tokens end the sequence (their position in logw_next carries complete - prefix); special
+(control) tokens other than EOS and tokens with no bytes never stand for text: weight 0 (-inf).
+
+Each context's byte-level state is memoized (LRU-bounded), so checking token t after context x
+advances the state of x over V[t] only: O(len(V[t])), whatever the length of x. ``logw_next``
+walks a byte trie of the whole vocabulary from the state of x, skipping every subtree whose
+shared bytes already kill the prefix.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+
+from potentials.base import NEG_INF, BytePotential, Potential
+
+_MISSING = object()
+
+
+class VocabTrie:
+    """Path-compressed trie of the token byte strings: node k has an edge label (bytes), its
+    children, and the token ids whose bytes end exactly at k. Node 0 is the root."""
+
+    def __init__(self, vocab: Sequence[bytes], skip: set[int]):
+        nested: dict = {}
+        for i, tok in enumerate(vocab):
+            if i in skip:
+                continue
+            node = nested
+            for b in tok:
+                node = node.setdefault(b, {})
+            node.setdefault(None, []).append(i)
+        self.label: list[bytes] = []
+        self.children: list[list[int]] = []
+        self.tokens: list[list[int]] = []
+        self._add(b"", nested)
+
+    def _add(self, label: bytes, node: dict) -> int:
+        # iterative to stay clear of the recursion limit on long tokens
+        root = self._new(label, node)
+        stack = [(root, node)]
+        while stack:
+            k, node = stack.pop()
+            for b, sub in node.items():
+                if b is None:
+                    continue
+                lab = bytes((b,))
+                while len(sub) == 1 and None not in sub:  # compress unary chains
+                    (b2, sub), = sub.items()
+                    lab += bytes((b2,))
+                child = self._new(lab, sub)
+                self.children[k].append(child)
+                stack.append((child, sub))
+        return root
+
+    def _new(self, label: bytes, node: dict) -> int:
+        self.label.append(label)
+        self.children.append([])
+        self.tokens.append(list(node.get(None, ())))
+        return len(self.label) - 1
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+
+_TRIES: "weakref.WeakKeyDictionary[Any, tuple[tuple, VocabTrie]]" = weakref.WeakKeyDictionary()
+
+
+def vocab_trie(lm: Any, skip: set[int]) -> VocabTrie:
+    """The trie of ``lm``'s vocabulary without the ``skip`` ids, built once per LM."""
+    key = (len(lm.vocab), tuple(sorted(skip)))
+    try:
+        got = _TRIES.get(lm)
+    except TypeError:  # an LM object that cannot be weakly referenced: no sharing
+        return VocabTrie(lm.vocab, skip)
+    if got is None or got[0] != key:
+        got = (key, VocabTrie(lm.vocab, skip))
+        _TRIES[lm] = got
+    return got[1]
+
+
+class Lifted(Potential):
+    """``potential`` over ``lm``'s tokens (contexts: tuples of generated token ids, no prompt).
+
+    Args:
+        potential: the byte-level potential.
+        lm: any backend with ``vocab`` and ``eos_token_ids`` (``special_token_ids`` optional).
+        cache_size: how many contexts' byte states are kept (least recently used evicted;
+            an evicted state is recomputed from its bytes, so eviction never changes results).
+    """
+
+    def __init__(self, potential: BytePotential, lm: Any, cache_size: int = 20_000):
+        if not isinstance(potential, BytePotential):
+            raise TypeError(f"Lifted needs a BytePotential, got {type(potential).__name__}")
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be positive, got {cache_size}")
+        self.potential, self.lm = potential, lm
+        self.vocab: list[bytes] = [bytes(v) for v in lm.vocab]
+        self.size = len(self.vocab)
+        self.eos_ids = tuple(int(i) for i in lm.eos_token_ids)
+        self._eos = frozenset(self.eos_ids)
+        special = {int(i) for i in getattr(lm, "special_token_ids", ())}
+        self._blocked = frozenset((special | {i for i, v in enumerate(self.vocab) if not v})
+                                  - self._eos)
+        self._cache_size = cache_size
+        self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._trie: VocabTrie | None = None
+        self._root_live: bool | None = None
+        self.stats = {"tokens_checked": 0, "trie_nodes_visited": 0, "state_cache_hits": 0,
+                      "state_cache_misses": 0}
+
+    def __repr__(self) -> str:
+        return f"Lifted({self.potential!r}, vocab={self.size})"
+
+    # -- byte states of token contexts
+    def _step(self, state: Any, token: int) -> Any:
+        """Byte state after ``token`` (None: dead, or a token that is no text)."""
+        if state is None or token in self._eos or token in self._blocked:
+            return None
+        return self.potential.advance(state, self.vocab[token])
+
+    def _check(self, token: Any) -> int:
+        if not isinstance(token, (int, np.integer)) or not 0 <= token < self.size:
+            raise ValueError(f"token id {token!r} is not in the vocabulary [0, {self.size})")
+        return int(token)
+
+    def state(self, ctx: Sequence[int]) -> Any:
+        """The potential's byte state after the tokens ``ctx`` (None once dead)."""
+        ctx = tuple(ctx)
+        got = self._states.get(ctx, _MISSING)
+        if got is not _MISSING:
+            self.stats["state_cache_hits"] += 1
+            self._states.move_to_end(ctx)
+            return got
+        self.stats["state_cache_misses"] += 1
+        if not ctx:
+            got = self.potential.initial()
+        else:
+            parent = self._states.get(ctx[:-1], _MISSING)
+            if parent is _MISSING:  # evicted or never seen: replay from the start
+                parent = self.potential.initial()
+                for t in ctx[:-1]:
+                    parent = self._step(parent, self._check(t))
+            got = self._step(parent, self._check(ctx[-1]))
+        self._states[ctx] = got
+        if len(self._states) > self._cache_size:
+            self._states.popitem(last=False)
+        return got
+
+    async def _weight(self, state: Any) -> float:
+        """prefix weight of a live byte state."""
+        if self.potential.boolean:
+            return 0.0
+        return await self.potential.state_prefix(state)
+
+    async def _base(self, ctx: Sequence[int]) -> tuple[Any, float]:
+        state = self.state(ctx)
+        if state is None:
+            return None, NEG_INF
+        if self.potential.boolean and len(ctx):
+            return state, 0.0
+        # the initial state of a Boolean potential may itself be dead (empty language)
+        if self.potential.boolean and self._root_live is not None:
+            return state, 0.0 if self._root_live else NEG_INF
+        w = await self.potential.state_prefix(state)
+        if self.potential.boolean:
+            self._root_live = w > NEG_INF
+        return state, w
+
+    async def prefix(self, ctx: Sequence[int]) -> float:
+        return (await self._base(ctx))[1]
+
+    async def complete(self, ctx: Sequence[int]) -> float:
+        state, base = await self._base(ctx)
+        if base == NEG_INF:
+            return NEG_INF
+        return await self.potential.state_complete(state)
+
+    async def logw_subset(self, ctx: Sequence[int], symbols: Sequence[int]) -> np.ndarray:
+        state, base = await self._base(ctx)
+        out = np.full(len(symbols), NEG_INF)
+        if base == NEG_INF:
+            return out
+        done: float | None = None
+        self.stats["tokens_checked"] += len(symbols)
+        for k, t in enumerate(symbols):
+            t = self._check(t)
+            if t in self._eos:
+                if done is None:
+                    done = await self.potential.state_complete(state) - base
+                out[k] = done
+                continue
+            nxt = self._step(state, t)
+            if nxt is not None:
+                out[k] = await self._weight(nxt) - base
+        return out
+
+    async def logw_next(self, ctx: Sequence[int]) -> np.ndarray:
+        state, base = await self._base(ctx)
+        out = np.full(self.size, NEG_INF)
+        if base == NEG_INF:
+            return out
+        done = await self.potential.state_complete(state) - base
+        for e in self.eos_ids:
+            out[e] = done
+        if self._trie is None:
+            self._trie = vocab_trie(self.lm, set(self._eos | self._blocked))
+        trie, advance = self._trie, self.potential.advance
+        boolean = self.potential.boolean
+        stack = [(child, state) for child in trie.children[0]]
+        visited = 0
+        while stack:
+            node, parent = stack.pop()
+            visited += 1
+            here = advance(parent, trie.label[node])
+            if here is None:
+                continue  # every token below shares these dead bytes
+            toks = trie.tokens[node]
+            if toks:
+                out[toks] = (0.0 if boolean else await self.potential.state_prefix(here)) - base
+            for child in trie.children[node]:
+                stack.append((child, here))
+        self.stats["trie_nodes_visited"] += visited
+        return out

@@ -1,0 +1,212 @@
+"""Lifting byte potentials to token vocabularies: contract, brute force, incremental cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from potential_contract import PotentialContract
+
+from potentials.base import NEG_INF, BytePotential
+from potentials.lift import Lifted, VocabTrie
+from potentials.regex import Regex
+from smc.backends.toy import ToyLM
+
+TOY_VOCAB = [b"a", b"b", b"ab", b"\xc3", b"\xa9", "é".encode(), b"<eos>", b"", b"<ctl>", b"c\xc3",
+             b"\xa9a", b"ba"]
+EOS, EMPTY, CTL = 6, 7, 8
+
+
+def toy_lm() -> ToyLM:
+    lm = ToyLM(TOY_VOCAB, b"<eos>", lambda ids: [1 / len(TOY_VOCAB)] * len(TOY_VOCAB))
+    lm.special_token_ids = frozenset({CTL})
+    return lm
+
+
+class Weighted(BytePotential):
+    """Soft test potential: log weight -0.5 per 'a' (prefix and complete), dead after 'c'."""
+
+    boolean = False
+
+    def initial(self):
+        return 0
+
+    def advance(self, state, data):
+        if b"c" in data:
+            return None
+        return state + data.count(b"a")
+
+    async def state_prefix(self, state):
+        return -0.5 * state
+
+    async def state_complete(self, state):
+        return -0.5 * state - 0.25
+
+
+class Counting(BytePotential):
+    """Regex wrapper that counts the bytes it is asked to advance over."""
+
+    def __init__(self, inner: BytePotential):
+        self.inner, self.bytes_advanced = inner, 0
+
+    def initial(self):
+        return self.inner.initial()
+
+    def advance(self, state, data):
+        self.bytes_advanced += len(data)
+        return self.inner.advance(state, data)
+
+    async def state_prefix(self, state):
+        return await self.inner.state_prefix(state)
+
+    async def state_complete(self, state):
+        return await self.inner.state_complete(state)
+
+
+TOY_CONTEXTS = [(), (0,), (3,), (3, 4), (3, 0), (5, 1), (9,), (9, 4), (EOS,), (CTL,), (EMPTY,),
+                (0, 2, 11)]
+
+
+class TestLiftedRegexContract(PotentialContract):
+    def potential(self):
+        return Regex(r"(ab|é)+a?").lift(toy_lm())
+
+    def contexts(self):
+        return TOY_CONTEXTS
+
+
+class TestLiftedWeightedContract(PotentialContract):
+    def potential(self):
+        return Weighted().lift(toy_lm())
+
+    def contexts(self):
+        return TOY_CONTEXTS
+
+
+async def brute_force(pot: BytePotential, vocab, eos_ids, blocked, ctx_bytes: bytes) -> np.ndarray:
+    base = await pot.prefix(ctx_bytes)
+    out = np.full(len(vocab), NEG_INF)
+    if base == NEG_INF:
+        return out
+    for t, tok in enumerate(vocab):
+        if t in eos_ids:
+            out[t] = await pot.complete(ctx_bytes) - base
+        elif t not in blocked and tok:
+            out[t] = await pot.prefix(ctx_bytes + tok) - base
+    return out
+
+
+@pytest.mark.parametrize("byte_pot", [Regex(r"(ab|é)+a?"), Regex(r"[^a]*"), Weighted()])
+async def test_toy_lift_agrees_with_brute_force(byte_pot):
+    lm = toy_lm()
+    lifted = byte_pot.lift(lm)
+    for ctx in TOY_CONTEXTS:
+        ctx_bytes = b"".join(TOY_VOCAB[t] for t in ctx)
+        bad = any(t in (EOS, EMPTY, CTL) for t in ctx)
+        want = (np.full(len(TOY_VOCAB), NEG_INF) if bad else
+                await brute_force(byte_pot, TOY_VOCAB, {EOS}, {CTL}, ctx_bytes))
+        got = await lifted.logw_next(ctx)
+        np.testing.assert_allclose(got, want)
+        if not bad:
+            assert await lifted.prefix(ctx) == await byte_pot.prefix(ctx_bytes)
+            assert await lifted.complete(ctx) == await byte_pot.complete(ctx_bytes)
+
+
+async def test_special_and_empty_tokens_get_zero_weight():
+    lifted = Regex(r"(?s).*").lift(toy_lm())
+    logw = await lifted.logw_next(())
+    assert logw[CTL] == NEG_INF and logw[EMPTY] == NEG_INF
+    assert logw[EOS] == 0.0 and logw[0] == 0.0
+    assert await lifted.prefix((CTL,)) == NEG_INF
+    assert await lifted.prefix((EOS, 0)) == NEG_INF
+
+
+async def test_multibyte_character_split_across_tokens():
+    lifted = Regex(r"é+").lift(toy_lm())
+    assert await lifted.prefix((3,)) == 0.0          # first byte of é
+    assert await lifted.complete((3,)) == NEG_INF
+    assert await lifted.complete((3, 4)) == 0.0      # é as two tokens
+    assert await lifted.complete((3, 4, 5)) == 0.0   # é é
+    assert await lifted.prefix((3, 3)) == NEG_INF    # invalid UTF-8
+    logw = await lifted.logw_next((3,))
+    assert [t for t in range(len(TOY_VOCAB)) if logw[t] == 0.0] == [4, 10][:1]
+
+
+async def test_checking_a_token_costs_its_bytes_not_the_prefix():
+    counting = Counting(Regex(r"(ab)*"))
+    lifted = Lifted(counting, toy_lm())
+    ctx: tuple[int, ...] = ()
+    for _ in range(300):
+        assert await lifted.prefix(ctx) == 0.0
+        ctx += (2,)
+    await lifted.prefix(ctx)
+    before = counting.bytes_advanced
+    await lifted.logw_subset(ctx, [0, 2, 11])
+    assert counting.bytes_advanced - before == 1 + 2 + 2
+    before = counting.bytes_advanced
+    assert await lifted.prefix(ctx + (2,)) == 0.0
+    assert counting.bytes_advanced - before == 2
+    assert lifted.stats["tokens_checked"] == 3
+
+
+async def test_state_cache_eviction_never_changes_results():
+    small = Regex(r"(ab|é)+a?").lift(toy_lm())
+    small._cache_size = 2
+    big = Regex(r"(ab|é)+a?").lift(toy_lm())
+    for ctx in TOY_CONTEXTS * 2:
+        np.testing.assert_array_equal(await small.logw_next(ctx), await big.logw_next(ctx))
+    assert len(small._states) <= 2
+
+
+async def test_bad_arguments():
+    with pytest.raises(TypeError, match="BytePotential"):
+        Lifted(Regex("a").lift(toy_lm()), toy_lm())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        await Regex("a").lift(toy_lm()).prefix((99,))
+
+
+def test_trie_holds_every_token_once():
+    trie = VocabTrie(TOY_VOCAB, {EOS, EMPTY, CTL})
+    found = {}
+    stack = [(0, b"")]
+    while stack:
+        node, path = stack.pop()
+        path += trie.label[node]
+        for t in trie.tokens[node]:
+            found[t] = path
+        stack += [(c, path) for c in trie.children[node]]
+    assert found == {t: v for t, v in enumerate(TOY_VOCAB) if t not in (EOS, EMPTY, CTL)}
+
+
+def _partial_char_tokens(vocab: list[bytes], k: int) -> list[int]:
+    """Tokens whose bytes end inside a multi-byte character."""
+    out = []
+    for t, tok in enumerate(vocab):
+        try:
+            tok.decode()
+        except UnicodeDecodeError as e:
+            if e.reason == "unexpected end of data" and e.start > 0:
+                out.append(t)
+        if len(out) == k:
+            break
+    return out
+
+
+@pytest.mark.slow
+async def test_embedded_vocabulary_agrees_with_brute_force(embedded_lm):
+    lm = embedded_lm
+    vocab = lm.vocab
+    eos, special = set(lm.eos_token_ids), set(lm.special_token_ids)
+    ids = lm.encode("Le café coûte 3€")
+    partial = _partial_char_tokens(vocab, 2)
+    for pattern in [r"[A-Za-z é€ûô0-9]+", r"(?s).{0,40}", r"Le caf(é|e) [a-zû]+ \d€?"]:
+        byte_pot = Regex(pattern)
+        lifted = byte_pot.lift(lm)
+        contexts = [(), tuple(ids[:3]), tuple(ids), *((t,) for t in partial),
+                    (ids[0], partial[1])]
+        for ctx in contexts:
+            ctx_bytes = b"".join(vocab[t] for t in ctx)
+            want = await brute_force(byte_pot, vocab, eos, special, ctx_bytes)
+            got = await lifted.logw_next(ctx)
+            np.testing.assert_array_equal(got, want, err_msg=f"{pattern} {ctx_bytes!r}")
+            sub = list(range(0, len(vocab), 97)) + list(eos)
+            np.testing.assert_array_equal(await lifted.logw_subset(ctx, sub), want[sub])
