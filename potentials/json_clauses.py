@@ -1,0 +1,604 @@
+"""A Draft 2020-12 schema read as disjunctions of conjunctive clauses, for incremental checking.
+
+A value v is valid under a set of schemas M when it is valid under every m in M. Expanding the
+in-place applicators ($ref, allOf, anyOf, oneOf) of the members gives
+
+    valid(v, M)  =>  OR_{C in dnf(M)} AND_{m in C} own(v, m)
+
+where own(v, m) are m's own keywords. A ``Clause`` is one such C: the facts the recognizer
+enforces while v is read (its type, string length and patterns, object keys, array items) are
+implied by AND own(v, m), so enforcing them never rejects a valid value. What a clause cannot
+enforce byte by byte it checks when a scalar ends (``Clause.scalar_ok``), by running the
+validator on the scalar against the members that need it; containers are left to ``complete``.
+
+Members are schema nodes (contents plus the ``referencing`` resolver jsonschema itself would use
+there), constants (one candidate of an ``enum``/``const`` that is an object or an array, fixed
+when the container opens) and key restrictions (the names an object with
+``additionalProperties: false`` allows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import referencing.jsonschema as rjs
+from jsonschema._utils import equal  # the validator's own notion of JSON equality
+
+from potentials.fsm import UnsupportedRegex, compile_regex
+from potentials.json_patterns import search
+
+TYPES = ("null", "boolean", "object", "array", "string", "number")
+#: a disjunction larger than this is not split; its member is then checked when a scalar ends
+MAX_ALTERNATIVES = 64
+INF = float("inf")
+
+# keywords a scalar can fail that no clause fact enforces (beyond the per-type ones below)
+_LOOSE_ANY = frozenset({"oneOf", "not", "if", "$dynamicRef", "$recursiveRef", "format"})
+_LOOSE_NUMBER = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "enum", "const"}
+)
+
+
+def json_type(value: Any) -> str:
+    """The JSON type of a decoded value (integers and floats are both "number")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    raise TypeError(f"not a JSON value: {value!r}")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A subschema with the resolver jsonschema uses to evaluate it."""
+
+    contents: Any = field(compare=False)
+    resolver: Any = field(compare=False)
+    key: tuple = field(default=())
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A subschema that declares another dialect: jsonschema evaluates it with that draft, so
+    no fact is drawn from it and every scalar under it is checked by the validator."""
+
+    contents: Any = field(compare=False)
+    resolver: Any = field(compare=False)
+    key: tuple = field(default=())
+
+
+@dataclass(frozen=True)
+class Const:
+    """The value must equal ``value`` (an object/array enum candidate, or a part of one)."""
+
+    value: Any = field(compare=False)
+    key: tuple = field(default=())
+
+
+@dataclass(frozen=True)
+class Names:
+    """An object key must be one of ``names`` (or, when ``patterns``, match one of them)."""
+
+    names: frozenset
+    patterns: tuple = ()
+
+
+@dataclass(frozen=True)
+class KeyPattern:
+    """An object key must contain a match of ``pattern`` (re.search)."""
+
+    pattern: str
+
+
+@dataclass
+class StringFacts:
+    min_len: int
+    max_len: float
+    dfas: tuple  # ByteDFA per pattern, run as an unanchored search
+    literals: frozenset | None  # the decoded string must be one of these (UTF-8 bytes)
+    cap: int  # character counts at or above cap behave alike
+
+
+@dataclass
+class ObjectFacts:
+    required: frozenset
+    min_props: int
+    max_props: float
+    cap: int
+
+
+@dataclass
+class ArrayFacts:
+    min_items: int
+    max_items: float
+    cap: int
+
+
+class Clause:
+    """One conjunction of members; facts are computed on first use."""
+
+    __slots__ = ("sid", "members", "loose", "schemas", "_cache")
+
+    def __init__(self, schemas: "Schemas", sid: int, members: frozenset, loose: frozenset):
+        self.schemas, self.sid, self.members, self.loose = schemas, sid, members, loose
+        self._cache: dict = {}
+
+    def _memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        got = self._cache.get(key, self)
+        if got is self:
+            got = self._cache[key] = make()
+        return got
+
+    # ------------------------------------------------------------------ types and scalars
+    @property
+    def types(self) -> frozenset:
+        return self._memo("types", self._types)
+
+    def _types(self) -> frozenset:
+        allowed = set(TYPES)
+        for m in self.members:
+            if isinstance(m, Const):
+                allowed &= {json_type(m.value)}
+            elif isinstance(m, (Names, KeyPattern)):
+                allowed &= {"string"}
+            elif isinstance(m, Node):
+                s = m.contents
+                t = s.get("type")
+                if isinstance(t, str):
+                    t = [t]
+                if isinstance(t, list):
+                    allowed &= {"number" if x == "integer" else x for x in t}
+                if "const" in s:
+                    allowed &= {json_type(s["const"])}
+                if isinstance(s.get("enum"), list):
+                    allowed &= {json_type(v) for v in s["enum"]}
+        if "string" in allowed and self.string is None:
+            allowed.discard("string")
+        if "boolean" in allowed and not self.booleans:
+            allowed.discard("boolean")
+        if "array" in allowed and self.array.min_items > self.array.max_items:
+            allowed.discard("array")
+        if "object" in allowed and self.object.min_props > self.object.max_props:
+            allowed.discard("object")
+        return frozenset(allowed)
+
+    def _candidates(self, kind: str) -> list[list] | None:
+        """Per member with enum/const, its candidates of JSON type ``kind``."""
+        out = []
+        for m in self.members:
+            if isinstance(m, Const):
+                out.append([m.value] if json_type(m.value) == kind else [])
+            elif isinstance(m, Node):
+                s = m.contents
+                if "const" in s:
+                    out.append([s["const"]] if json_type(s["const"]) == kind else [])
+                if isinstance(s.get("enum"), list):
+                    out.append([v for v in s["enum"] if json_type(v) == kind])
+        return out
+
+    @property
+    def booleans(self) -> frozenset:
+        def make() -> frozenset:
+            ok = {True, False}
+            for cands in self._candidates("boolean"):
+                ok &= set(cands)
+            return frozenset(ok)
+
+        return self._memo("booleans", make)
+
+    @property
+    def string(self) -> StringFacts | None:
+        """String facts, or None when no string can satisfy the clause."""
+        return self._memo("string", self._string)
+
+    def _string(self) -> StringFacts | None:
+        lo, hi, dfas, lits = 0, INF, [], None
+        for cands in self._candidates("string"):
+            got = frozenset(v.encode("utf-8", "surrogatepass") for v in cands)
+            lits = got if lits is None else lits & got
+        for m in self.members:
+            if isinstance(m, Names):
+                if not m.patterns:
+                    got = frozenset(n.encode("utf-8", "surrogatepass") for n in m.names)
+                    lits = got if lits is None else lits & got
+            elif isinstance(m, KeyPattern):
+                dfa = self.schemas.search_dfa(m.pattern)
+                if dfa is not None:
+                    dfas.append(dfa)
+            elif isinstance(m, Node):
+                s = m.contents
+                if _is_count(s.get("minLength")):
+                    lo = max(lo, int(s["minLength"]))
+                if _is_count(s.get("maxLength")):
+                    hi = min(hi, int(s["maxLength"]))
+                if isinstance(s.get("pattern"), str):
+                    dfa = self.schemas.search_dfa(s["pattern"])
+                    if dfa is not None:
+                        dfas.append(dfa)
+        if lo > hi or any(d.is_empty for d in dfas):
+            return None
+        if lits is not None:
+            lits = frozenset(
+                v for v in lits if lo <= len(v.decode("utf-8", "surrogatepass")) <= hi
+            )
+            if not lits:
+                return None
+        cap = int(hi) + 1 if hi < INF else lo
+        return StringFacts(lo, hi, tuple(dfas), lits, cap)
+
+    def needs_check(self, kind: str) -> tuple:
+        """Members a finished scalar of JSON type ``kind`` must still be validated against."""
+        return self._memo(("check", kind), lambda: self._needs_check(kind))
+
+    def _needs_check(self, kind: str) -> tuple:
+        out = []
+        for m in self.members:
+            if isinstance(m, Const):
+                if kind == "number":
+                    out.append(m)
+            elif isinstance(m, KeyPattern):
+                if self.schemas.search_dfa(m.pattern) is None:
+                    out.append(m)
+            elif isinstance(m, Opaque):
+                out.append(m)
+            elif isinstance(m, Node):
+                s = m.contents
+                loose = m in self.loose or not _LOOSE_ANY.isdisjoint(s)
+                if kind == "number":
+                    t = s.get("type")
+                    t = [t] if isinstance(t, str) else t
+                    integer_only = (
+                        isinstance(t, list) and "integer" in t and "number" not in t
+                    )
+                    loose = loose or integer_only or not _LOOSE_NUMBER.isdisjoint(s)
+                if kind == "string" and isinstance(s.get("pattern"), str):
+                    loose = loose or self.schemas.search_dfa(s["pattern"]) is None
+                if loose:
+                    out.append(m)
+        return tuple(out)
+
+    def scalar_ok(self, kind: str, value: Any) -> bool:
+        """Does the finished scalar ``value`` satisfy the members no fact fully enforces?"""
+        for m in self.needs_check(kind):
+            if not self.schemas.member_accepts(m, value):
+                return False
+        return True
+
+    # ------------------------------------------------------------------ objects
+    @property
+    def object(self) -> ObjectFacts:
+        return self._memo("object", self._object)
+
+    def _object(self) -> ObjectFacts:
+        req, lo, hi = set(), 0, INF
+        for m in self.members:
+            if isinstance(m, Const) and isinstance(m.value, dict):
+                req |= set(m.value)
+                lo, hi = max(lo, len(m.value)), min(hi, len(m.value))
+            elif isinstance(m, Node):
+                s = m.contents
+                if isinstance(s.get("required"), list):
+                    req |= {k for k in s["required"] if isinstance(k, str)}
+                if _is_count(s.get("minProperties")):
+                    lo = max(lo, int(s["minProperties"]))
+                if _is_count(s.get("maxProperties")):
+                    hi = min(hi, int(s["maxProperties"]))
+        lo = max(lo, len(req))
+        cap = int(hi) + 1 if hi < INF else lo
+        return ObjectFacts(frozenset(req), lo, hi, cap)
+
+    def key_alternatives(self, seen: frozenset) -> tuple:
+        """Clauses for the next key of an object whose keys so far are ``seen``."""
+        return self._memo(("keys", seen), lambda: self._key_alternatives(seen))
+
+    def _key_alternatives(self, seen: frozenset) -> tuple:
+        sch = self.schemas
+        parts: list = []
+        for m in self.members:
+            if isinstance(m, Const) and isinstance(m.value, dict):
+                parts.append(Names(frozenset(m.value) - seen))
+            elif isinstance(m, Node):
+                s = m.contents
+                if "propertyNames" in s:
+                    parts.append(sch.child(m, s["propertyNames"]))
+                if s.get("additionalProperties") is False:
+                    props = s.get("properties") if isinstance(s.get("properties"), dict) else {}
+                    pats = s.get("patternProperties")
+                    pats = tuple(pats) if isinstance(pats, dict) else ()
+                    parts.append(Names(frozenset(props) - seen, pats))
+        return sch.expand(parts)
+
+    def value_alternatives(self, key: str) -> tuple:
+        """Clauses for the value of property ``key``."""
+        return self._memo(("value", key), lambda: self._value_alternatives(key))
+
+    def _value_alternatives(self, key: str) -> tuple:
+        sch = self.schemas
+        parts: list = []
+        for m in self.members:
+            if isinstance(m, Const) and isinstance(m.value, dict):
+                parts.append(Const(m.value[key], (m.key, key)) if key in m.value else False)
+            elif isinstance(m, Node):
+                s = m.contents
+                matched = False
+                props = s.get("properties")
+                if isinstance(props, dict) and key in props:
+                    parts.append(sch.child(m, props[key]))
+                    matched = True
+                pats = s.get("patternProperties")
+                if isinstance(pats, dict):
+                    for p, sub in pats.items():
+                        if search(p, key):
+                            parts.append(sch.child(m, sub))
+                            matched = True
+                if not matched and "additionalProperties" in s:
+                    parts.append(sch.child(m, s["additionalProperties"]))
+        return sch.expand(parts)
+
+    # ------------------------------------------------------------------ arrays
+    @property
+    def array(self) -> ArrayFacts:
+        return self._memo("array", self._array)
+
+    def _array(self) -> ArrayFacts:
+        lo, hi, longest = 0, INF, 0
+        for m in self.members:
+            if isinstance(m, Const) and isinstance(m.value, list):
+                lo, hi = max(lo, len(m.value)), min(hi, len(m.value))
+            elif isinstance(m, Node):
+                s = m.contents
+                if _is_count(s.get("minItems")):
+                    lo = max(lo, int(s["minItems"]))
+                if _is_count(s.get("maxItems")):
+                    hi = min(hi, int(s["maxItems"]))
+                if isinstance(s.get("prefixItems"), list):
+                    longest = max(longest, len(s["prefixItems"]))
+        cap = max(lo, longest, int(hi) if hi < INF else 0) + 1
+        return ArrayFacts(lo, hi, cap)
+
+    def item_alternatives(self, index: int) -> tuple:
+        """Clauses for the array item at position ``index`` (capped indices behave alike)."""
+        return self._memo(("item", index), lambda: self._item_alternatives(index))
+
+    def _item_alternatives(self, index: int) -> tuple:
+        sch = self.schemas
+        parts: list = []
+        for m in self.members:
+            if isinstance(m, Const) and isinstance(m.value, list):
+                v = m.value
+                parts.append(Const(v[index], (m.key, index)) if index < len(v) else False)
+            elif isinstance(m, Node):
+                s = m.contents
+                pre = s.get("prefixItems") if isinstance(s.get("prefixItems"), list) else []
+                if index < len(pre):
+                    parts.append(sch.child(m, pre[index]))
+                elif "items" in s and not isinstance(s["items"], list):
+                    parts.append(sch.child(m, s["items"]))
+        return sch.expand(parts)
+
+    def container_alternatives(self, kind: str) -> tuple:
+        """This clause with each object/array enum-or-const candidate fixed as a ``Const``."""
+        return self._memo(("fix", kind), lambda: self._container_alternatives(kind))
+
+    def _container_alternatives(self, kind: str) -> tuple:
+        choices: list[list] = []
+        for m in self.members:
+            if isinstance(m, Node):
+                s = m.contents
+                for word in ("const", "enum"):
+                    if word not in s:
+                        continue
+                    vals = [s[word]] if word == "const" else s[word]
+                    cands = [
+                        Const(v, (m.key, word, i))
+                        for i, v in enumerate(vals)
+                        if json_type(v) == kind
+                    ]
+                    choices.append(_dedupe_values(cands))
+        alts = [frozenset()]
+        for cands in choices:
+            alts = [a | {c} for a in alts for c in cands]
+        out = []
+        for extra in alts:
+            c = self.schemas.clause(self.members | extra, self.loose)
+            if kind in c.types:
+                out.append(c)
+        return tuple(out)
+
+
+def _dedupe_values(cands: list[Const]) -> list[Const]:
+    out: list[Const] = []
+    for c in cands:
+        if not any(equal(c.value, d.value) for d in out):
+            out.append(c)
+    return out
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == int(v) and v >= 0
+
+
+class Schemas:
+    """Interning of members and clauses for one root schema, with the validator for checks."""
+
+    def __init__(self, root: Any, validator: Any):
+        self.validator = validator
+        self.root_resolver = validator._resolver
+        self._clauses: dict = {}
+        self._dfas: dict = {}
+        self._accepts: dict = {}
+        self.dynamic = False  # set by check_refs when a $dynamicRef is reachable
+        self.root = self.node(root, self.root_resolver)
+
+    # ------------------------------------------------------------------ nodes
+    def node(self, contents: Any, resolver: Any) -> Node | Opaque | bool:
+        """A member for ``contents``; a subschema of another dialect is left to the validator."""
+        if isinstance(contents, bool):
+            return contents
+        key = (id(contents), getattr(resolver, "_base_uri", ""))
+        if isinstance(contents, dict) and "$schema" in contents:
+            return Opaque(contents, resolver, key)
+        return Node(contents, resolver, key)
+
+    def child(self, parent: Node, sub: Any) -> Node | bool:
+        """The node of subschema ``sub`` met inside ``parent`` (as jsonschema descends)."""
+        if isinstance(sub, bool):
+            return sub
+        if not isinstance(sub, dict):
+            return True  # malformed subschema: check_schema rejects these first
+        res = parent.resolver.in_subresource(rjs.DRAFT202012.create_resource(sub))
+        return self.node(sub, res)
+
+    def reference(self, node: Node) -> Node | bool:
+        resolved = node.resolver.lookup(node.contents["$ref"])
+        return self.node(resolved.contents, resolved.resolver)
+
+    def in_place(self, node: Node) -> list[Node | bool]:
+        s = node.contents
+        out: list[Node | bool] = []
+        if isinstance(s.get("$ref"), str):
+            out.append(self.reference(node))
+        if isinstance(s.get("allOf"), list):
+            out += [self.child(node, x) for x in s["allOf"]]
+        return out
+
+    def branches(self, node: Node) -> list[list[Node | bool]]:
+        s = node.contents
+        return [
+            [self.child(node, x) for x in s[word]]
+            for word in ("anyOf", "oneOf")
+            if isinstance(s.get(word), list)
+        ]
+
+    # ------------------------------------------------------------------ clauses
+    def clause(self, members: frozenset, loose: frozenset = frozenset()) -> Clause:
+        key = (members, loose)
+        c = self._clauses.get(key)
+        if c is None:
+            c = self._clauses[key] = Clause(self, len(self._clauses), members, loose)
+        return c
+
+    def expand(self, parts: list) -> tuple:
+        """dnf(parts): the clauses whose disjunction every value valid under all parts meets."""
+        alts: list[tuple[frozenset, frozenset]] = []
+        stack = [(frozenset(), frozenset(), tuple(parts))]
+        while stack:
+            members, loose, todo = stack.pop()
+            if not todo:
+                alts.append((members, loose))
+                continue
+            m, rest = todo[0], todo[1:]
+            if m is True or m in members:
+                stack.append((members, loose, rest))
+                continue
+            if m is False:
+                continue
+            if isinstance(m, Names) and m.patterns:
+                # names OR one of the patterns: one alternative each
+                for o in [Names(m.names)] + [KeyPattern(p) for p in m.patterns]:
+                    stack.append((members, loose, (o,) + rest))
+                continue
+            members = members | {m}
+            if isinstance(m, Node):
+                rest = tuple(self.in_place(m)) + rest
+                split = self.branches(m)
+                width = len(stack) + len(alts) + 1
+                for b in split:
+                    width *= max(len(b), 1)
+                if split and width <= MAX_ALTERNATIVES:
+                    combos: list[tuple] = [()]
+                    for b in split:
+                        combos = [c + (x,) for c in combos for x in b]
+                    for combo in combos:
+                        stack.append((members, loose, combo + rest))
+                    continue
+                if split:
+                    loose = loose | {m}
+            stack.append((members, loose, rest))
+        clauses = {self.clause(mem, lo) for mem, lo in alts}
+        clauses = [c for c in clauses if c.types]
+        # A weaker clause makes a stronger one redundant in a disjunction.
+        kept = [
+            c
+            for c in clauses
+            if not any(d is not c and d.members <= c.members and d.loose <= c.loose
+                       and (d.members < c.members or d.loose < c.loose) for d in clauses)
+        ]
+        return tuple(sorted(kept, key=lambda c: c.sid))
+
+    # ------------------------------------------------------------------ checks
+    def search_dfa(self, pattern: str) -> Any:
+        """Byte DFA of ``re.search(pattern, s)``, or None when it is not regular here."""
+        if pattern not in self._dfas:
+            try:
+                dfa = compile_regex(f"(?s:.*)(?:{pattern})(?s:.*)")
+            except (UnsupportedRegex, ValueError):
+                dfa = None
+            self._dfas[pattern] = dfa
+        return self._dfas[pattern]
+
+    def member_accepts(self, m: Any, value: Any) -> bool:
+        key = (m, json_type(value), repr(value))
+        got = self._accepts.get(key)
+        if got is None:
+            got = self._accepts[key] = self._member_accepts(m, value)
+        return got
+
+    def _member_accepts(self, m: Any, value: Any) -> bool:
+        if isinstance(m, Const):
+            return equal(m.value, value)
+        if isinstance(m, KeyPattern):
+            return search(m.pattern, value)
+        if self.dynamic:
+            # Dynamic scope is lost out of context; check only the scalar's own keywords.
+            local = {k: v for k, v in m.contents.items() if k in _SCALAR_WORDS}
+            return self.validator.evolve(schema=local).is_valid(value)
+        return self.validator.evolve(schema=m.contents, _resolver=m.resolver).is_valid(value)
+
+    def check_refs(self) -> None:
+        """Resolve every reachable $ref now (ValueError naming the first that fails)."""
+        seen: set = set()
+        todo = [self.root]
+        while todo:
+            node = todo.pop()
+            if not isinstance(node, Node) or node.key in seen:
+                continue
+            seen.add(node.key)
+            s = node.contents
+            if not isinstance(s, dict):
+                continue
+            if "$dynamicRef" in s:
+                self.dynamic = True
+            if isinstance(s.get("$ref"), str):
+                try:
+                    todo.append(self.reference(node))
+                except Exception as err:  # referencing's Unresolvable and friends
+                    raise ValueError(f"cannot resolve $ref {s['$ref']!r}: {err}") from None
+            for word, sub in s.items():
+                if word in _ONE_SUB:
+                    todo.append(self.child(node, sub))
+                elif word in _LIST_SUBS and isinstance(sub, list):
+                    todo += [self.child(node, x) for x in sub]
+                elif word in _DICT_SUBS and isinstance(sub, dict):
+                    todo += [self.child(node, x) for x in sub.values()]
+
+
+_ONE_SUB = frozenset(
+    {"not", "if", "then", "else", "additionalProperties", "propertyNames", "items", "contains",
+     "unevaluatedItems", "unevaluatedProperties"}
+)
+_LIST_SUBS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_DICT_SUBS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+_SCALAR_WORDS = frozenset(
+    {"type", "enum", "const", "format", "pattern", "minLength", "maxLength", "minimum",
+     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+)

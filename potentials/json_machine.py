@@ -1,0 +1,373 @@
+"""A persistent, schema-driven incremental recognizer of JSON text (RFC 8259, UTF-8).
+
+A configuration is an immutable stack of frames (``Stack``: a frame over its parent, with a
+cached hash); a recognizer state is a frozenset of configurations, one per way the schema's
+disjunctions (``json_clauses``) can still be satisfied. Reading one byte steps every
+configuration, touching only its top frames, so the cost of a byte does not depend on how much
+text came before. Frames are plain tuples tagged by their first field:
+
+    (TOP, phase, ws)                                         the document
+    (OBJ, clause, phase, seen_keys, key, ws)                 inside an object
+    (ARR, clause, phase, index, ws)                          inside an array
+    (STR, clause, esc, utf8, count, dfa_states, lit_pos, lits, text, is_key)
+    (NUM, clause, grammar_state, text)                       inside a number
+    (LIT, clause, rest, value)                               inside true / false / null
+
+A finished scalar is checked against its clause (``Clause.scalar_ok``) when it ends; a number
+ends at the byte after it, which its parent then reads.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+TOP, OBJ, ARR, STR, NUM, LIT = range(6)
+WS = frozenset(b" \t\n\r")
+DIGITS = frozenset(b"0123456789")
+HEX = {**{c: c - 48 for c in b"0123456789"}, **{c: c - 87 for c in b"abcdef"},
+       **{c: c - 55 for c in b"ABCDEF"}}
+SIMPLE_ESCAPES = {ord('"'): 0x22, ord("\\"): 0x5C, ord("/"): 0x2F, ord("b"): 0x08,
+                  ord("f"): 0x0C, ord("n"): 0x0A, ord("r"): 0x0D, ord("t"): 0x09}
+
+# object phases
+O_OPEN, O_KEY, O_COLON, O_VALUE_NEXT, O_VALUE, O_AFTER, O_COMMA = range(7)
+# array phases
+A_OPEN, A_VALUE, A_AFTER, A_COMMA = range(4)
+# number grammar states (accepting: N_ZERO, N_INT, N_FRAC, N_EXP)
+N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP = range(8)
+N_ACCEPT = frozenset({N_ZERO, N_INT, N_FRAC, N_EXP})
+
+
+class Stack:
+    """An immutable stack node: ``frame`` on top of ``parent`` (None at the bottom)."""
+
+    __slots__ = ("frame", "parent", "_hash")
+
+    def __init__(self, frame: tuple, parent: "Stack | None"):
+        self.frame, self.parent = frame, parent
+        self._hash = hash((frame, parent._hash if parent is not None else 0))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Stack) or self._hash != other._hash:
+            return False
+        a, b = self, other
+        while a is not None and b is not None:
+            if a is b:
+                return True
+            if a.frame != b.frame:
+                return False
+            a, b = a.parent, b.parent
+        return a is b
+
+
+def _num_step(st: int | None, b: int) -> int | None:
+    """The JSON number grammar: state after byte b (None: b cannot continue the number)."""
+    d = b in DIGITS
+    if st is None:
+        return N_MINUS if b == 45 else N_ZERO if b == 48 else N_INT if d else None
+    if st == N_MINUS:
+        return N_ZERO if b == 48 else N_INT if d else None
+    if st in (N_ZERO, N_INT):
+        if st == N_INT and d:
+            return N_INT
+        return N_DOT if b == 46 else N_E if b in (101, 69) else None
+    if st in (N_DOT, N_FRAC):
+        return N_FRAC if d else N_E if st == N_FRAC and b in (101, 69) else None
+    if st == N_E:
+        return N_ESIGN if b in (43, 45) else N_EXP if d else None
+    return N_EXP if d else None  # N_ESIGN, N_EXP
+
+
+class Machine:
+    """Steps sets of configurations byte by byte; ``ws_limit`` None means unbounded."""
+
+    def __init__(self, root_alternatives: tuple, ws_limit: int | None):
+        self.root = root_alternatives
+        self.ws_limit = ws_limit
+        self._lits: dict = {}
+
+    def initial(self) -> frozenset:
+        return frozenset({Stack((TOP, 0, 0), None)}) if self.root else frozenset()
+
+    def step(self, configs: frozenset, b: int) -> frozenset:
+        out: set = set()
+        for node in configs:
+            out.update(self._step(node, b))
+        return frozenset(out)
+
+    def finished(self, configs: frozenset) -> bool:
+        """Is some configuration a complete document (a trailing number ends here)?"""
+        for node in configs:
+            f = node.frame
+            if f[0] == TOP and f[1] == 2:
+                return True
+            if f[0] == NUM and node.parent.frame[0] == TOP and self._end_number(f):
+                return True
+        return False
+
+    # ------------------------------------------------------------------ helpers
+    def _ws(self, count: int) -> int | None:
+        """Whitespace count after one more whitespace byte, or None when over the limit."""
+        if self.ws_limit is None:
+            return 0
+        return count + 1 if count < self.ws_limit else None
+
+    def _start_value(self, alts: tuple, b: int, parent: Stack) -> list:
+        out = []
+        for c in alts:
+            types = c.types
+            if b == 123 and "object" in types:  # {
+                for c2 in c.container_alternatives("object"):
+                    out.append(Stack((OBJ, c2, O_OPEN, frozenset(), None, 0), parent))
+            elif b == 91 and "array" in types:  # [
+                for c2 in c.container_alternatives("array"):
+                    out.append(Stack((ARR, c2, A_OPEN, 0, 0), parent))
+            elif b == 34 and "string" in types:  # "
+                out.append(Stack(self._new_string(c, False), parent))
+            elif (b == 45 or b in DIGITS) and "number" in types:
+                text = bytes((b,)) if c.needs_check("number") else None
+                out.append(Stack((NUM, c, _num_step(None, b), text), parent))
+            elif b in (116, 102) and "boolean" in types:  # t f
+                value = b == 116
+                if value in c.booleans:
+                    out.append(Stack((LIT, c, b"rue" if value else b"alse", value), parent))
+            elif b == 110 and "null" in types:  # n
+                out.append(Stack((LIT, c, b"ull", None), parent))
+        return out
+
+    def _new_string(self, c: Any, is_key: bool) -> tuple:
+        f = c.string
+        text = b"" if is_key or c.needs_check("string") else None
+        return (STR, c, 0, None, 0, tuple(d.start for d in f.dfas), 0, f.literals, text, is_key)
+
+    def _pop(self, node: Stack, result: Any = None) -> list:
+        """The parent of ``node`` once the value on top of it is finished."""
+        p = node.parent
+        f = p.frame
+        tag = f[0]
+        if tag == TOP:
+            return [Stack((TOP, 2, 0), None)]
+        if tag == ARR:
+            c = f[1]
+            return [Stack((ARR, c, A_AFTER, min(f[3] + 1, c.array.cap), 0), p.parent)]
+        c, phase, seen = f[1], f[2], f[3]
+        if phase == O_KEY:
+            if result in seen or not c.value_alternatives(result):
+                return []
+            return [Stack((OBJ, c, O_COLON, seen, result, 0), p.parent)]
+        return [Stack((OBJ, c, O_AFTER, seen | {f[4]}, None, 0), p.parent)]
+
+    def _end_number(self, f: tuple) -> bool:
+        if f[2] not in N_ACCEPT:
+            return False
+        if f[3] is None:
+            return True
+        try:
+            value = json.loads(f[3])
+        except ValueError:  # beyond Python's int digit limit: left to complete
+            return True
+        return f[1].scalar_ok("number", value)
+
+    # ------------------------------------------------------------------ one byte
+    def _step(self, node: Stack, b: int) -> list:
+        f = node.frame
+        tag = f[0]
+        if tag == STR:
+            return self._step_string(node, f, b)
+        if tag == NUM:
+            st = _num_step(f[2], b)
+            if st is not None:
+                text = f[3] + bytes((b,)) if f[3] is not None else None
+                return [Stack((NUM, f[1], st, text), node.parent)]
+            if not self._end_number(f):
+                return []
+            out = []
+            for q in self._pop(node):
+                out += self._step(q, b)
+            return out
+        if tag == LIT:
+            rest = f[2]
+            if b != rest[0]:
+                return []
+            if len(rest) > 1:
+                return [Stack((LIT, f[1], rest[1:], f[3]), node.parent)]
+            if f[1].needs_check("null" if f[3] is None else "boolean"):
+                if not f[1].scalar_ok("null" if f[3] is None else "boolean", f[3]):
+                    return []
+            return self._pop(node)
+        if tag == OBJ:
+            return self._step_object(node, f, b)
+        if tag == ARR:
+            return self._step_array(node, f, b)
+        # TOP
+        phase, ws = f[1], f[2]
+        if b in WS and phase != 1:
+            n = self._ws(ws)
+            return [] if n is None else [Stack((TOP, phase, n), None)]
+        if phase == 0:
+            return self._start_value(self.root, b, Stack((TOP, 1, 0), None))
+        return []
+
+    def _step_object(self, node: Stack, f: tuple, b: int) -> list:
+        _, c, phase, seen, key, ws = f
+        if b in WS and phase in (O_OPEN, O_COLON, O_VALUE_NEXT, O_AFTER, O_COMMA):
+            n = self._ws(ws)
+            return [] if n is None else [Stack((OBJ, c, phase, seen, key, n), node.parent)]
+        facts = c.object
+        if phase in (O_OPEN, O_COMMA) and b == 34:  # a key opens
+            if len(seen) >= facts.max_props:
+                return []
+            parent = Stack((OBJ, c, O_KEY, seen, None, 0), node.parent)
+            return [Stack(self._new_string(k, True), parent) for k in c.key_alternatives(seen)]
+        if phase in (O_OPEN, O_AFTER) and b == 125:  # }
+            if len(seen) < facts.min_props or not facts.required <= seen:
+                return []
+            return self._pop(node)
+        if phase == O_COLON:
+            return [Stack((OBJ, c, O_VALUE_NEXT, seen, key, 0), node.parent)] if b == 58 else []
+        if phase == O_VALUE_NEXT:
+            parent = Stack((OBJ, c, O_VALUE, seen, key, 0), node.parent)
+            return self._start_value(c.value_alternatives(key), b, parent)
+        if phase == O_AFTER and b == 44:  # ,
+            if len(seen) >= facts.max_props or not c.key_alternatives(seen):
+                return []
+            return [Stack((OBJ, c, O_COMMA, seen, None, 0), node.parent)]
+        return []
+
+    def _step_array(self, node: Stack, f: tuple, b: int) -> list:
+        _, c, phase, index, ws = f
+        if b in WS and phase != A_VALUE:
+            n = self._ws(ws)
+            return [] if n is None else [Stack((ARR, c, phase, index, n), node.parent)]
+        facts = c.array
+        if phase in (A_OPEN, A_AFTER) and b == 93:  # ]
+            return self._pop(node) if index >= facts.min_items else []
+        if phase == A_AFTER:
+            if b != 44 or index >= facts.max_items or not c.item_alternatives(index):
+                return []
+            return [Stack((ARR, c, A_COMMA, index, 0), node.parent)]
+        if index >= facts.max_items:
+            return []
+        parent = Stack((ARR, c, A_VALUE, index, 0), node.parent)
+        return self._start_value(c.item_alternatives(index), b, parent)
+
+    # ------------------------------------------------------------------ strings
+    def _step_string(self, node: Stack, f: tuple, b: int) -> list:
+        _, c, esc, utf8, count, dstates, lpos, lits, text, is_key = f
+        if utf8 is not None:  # inside a multi-byte character
+            need, lo, hi = utf8
+            if not lo <= b <= hi:
+                return []
+            utf8 = (need - 1, 0x80, 0xBF) if need > 1 else None
+            return self._emit(node, f, bytes((b,)), 0, esc, utf8)
+        if esc == 0:
+            if b == 34:  # closing quote
+                return self._close_string(node, f)
+            if b == 92:
+                return [Stack(f[:2] + (1,) + f[3:], node.parent)]
+            if b < 0x20:
+                return []
+            if b < 0x80:
+                return self._emit(node, f, bytes((b,)), 1, 0, None)
+            lead = _utf8_lead(b)
+            if lead is None:
+                return []
+            return self._emit(node, f, bytes((b,)), 1, 0, lead)
+        if esc == 1:  # after a backslash
+            if b in SIMPLE_ESCAPES:
+                return self._emit(node, f, bytes((SIMPLE_ESCAPES[b],)), 1, 0, None)
+            if b == 117:  # u
+                return [Stack(f[:2] + ((2, 0, 0, 0),) + f[3:], node.parent)]
+            return []
+        kind = esc[0]
+        if kind == 3:  # a high surrogate wants "\" then "u" of its low half
+            return [Stack(f[:2] + ((4, esc[1]),) + f[3:], node.parent)] if b == 92 else []
+        if kind == 4:
+            return [Stack(f[:2] + ((2, 0, 0, esc[1]),) + f[3:], node.parent)] if b == 117 else []
+        _, ndig, value, high = esc  # reading the hex digits of \uXXXX
+        if b not in HEX:
+            return []
+        value = value * 16 + HEX[b]
+        if ndig < 3:
+            return [Stack(f[:2] + ((2, ndig + 1, value, high),) + f[3:], node.parent)]
+        if high:
+            if not 0xDC00 <= value <= 0xDFFF:
+                return []
+            cp = 0x10000 + ((high - 0xD800) << 10) + (value - 0xDC00)
+            return self._emit(node, f, chr(cp).encode("utf-8"), 1, 0, None)
+        if 0xD800 <= value <= 0xDBFF:
+            return [Stack(f[:2] + ((3, value),) + f[3:], node.parent)]
+        if 0xDC00 <= value <= 0xDFFF:
+            return []  # a lone low surrogate is not a character
+        return self._emit(node, f, chr(value).encode("utf-8"), 1, 0, None)
+
+    def _emit(self, node: Stack, f: tuple, data: bytes, chars: int, esc: Any, utf8: Any) -> list:
+        """Feed decoded bytes ``data`` (``chars`` new characters) to the string's checks."""
+        _, c, _, _, count, dstates, lpos, lits, text, is_key = f
+        facts = c.string
+        if chars:
+            count += 1
+            if count > facts.max_len:
+                return []
+            count = min(count, facts.cap)
+        if dstates:
+            new = []
+            for d, q in zip(facts.dfas, dstates):
+                for x in data:
+                    q = d.step(q, x)
+                    if q is None:
+                        return []
+                new.append(q)
+            dstates = tuple(new)
+        if lits is not None:
+            key = (lits, lpos, data)
+            got = self._lits.get(key)
+            if got is None:
+                end = lpos + len(data)
+                got = self._lits[key] = frozenset(v for v in lits if v[lpos:end] == data)
+            if not got:
+                return []
+            lits, lpos = got, lpos + len(data)
+        if text is not None:
+            text = text + data
+        frame = (STR, c, esc, utf8, count, dstates, lpos, lits, text, is_key)
+        return [Stack(frame, node.parent)]
+
+    def _close_string(self, node: Stack, f: tuple) -> list:
+        _, c, _, _, count, dstates, lpos, lits, text, is_key = f
+        facts = c.string
+        if count < facts.min_len:
+            return []
+        if not all(d.accepts(q) for d, q in zip(facts.dfas, dstates)):
+            return []
+        if lits is not None and not any(len(v) == lpos for v in lits):
+            return []
+        value = text.decode("utf-8") if text is not None else None
+        if value is not None and c.needs_check("string") and not c.scalar_ok("string", value):
+            return []
+        return self._pop(node, value if is_key else None)
+
+
+def _utf8_lead(b: int) -> tuple | None:
+    """(continuation bytes still due, allowed range of the next one) after lead byte b."""
+    if 0xC2 <= b <= 0xDF:
+        return (1, 0x80, 0xBF)
+    if b == 0xE0:
+        return (2, 0xA0, 0xBF)
+    if b == 0xED:
+        return (2, 0x80, 0x9F)  # no UTF-16 surrogates
+    if 0xE1 <= b <= 0xEF:
+        return (2, 0x80, 0xBF)
+    if b == 0xF0:
+        return (3, 0x90, 0xBF)
+    if 0xF1 <= b <= 0xF3:
+        return (3, 0x80, 0xBF)
+    if b == 0xF4:
+        return (3, 0x80, 0x8F)
+    return None

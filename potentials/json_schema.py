@@ -1,0 +1,155 @@
+"""JSON Schema (Draft 2020-12) as a Boolean byte potential.
+
+    complete(x) = 0  iff  x is UTF-8 JSON text (RFC 8259) in the chosen whitespace style, without
+                          duplicate object keys or unpaired surrogate escapes, and
+                          Draft202012Validator(schema, format_checker=FORMAT_CHECKER) accepts
+                          json.loads(x); else -inf
+    prefix(x)   = 0  iff  the incremental recognizer (potentials.json_machine) is still alive
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jsonschema.exceptions import SchemaError
+
+from potentials.base import NEG_INF, BytePotential
+from potentials.json_clauses import Schemas
+from potentials.json_machine import Machine
+from potentials.json_patterns import SCHEMA_FORMATS, Validator, same_dialect
+
+#: transitions remembered per potential before the table is cleared
+MEMO_LIMIT = 200_000
+
+
+class JSONState:
+    """Recognizer configurations plus the text read so far (a persistent list of chunks)."""
+
+    __slots__ = ("configs", "chunks")
+
+    def __init__(self, configs: frozenset, chunks: tuple | None):
+        self.configs, self.chunks = configs, chunks
+
+    def text(self) -> bytes:
+        parts = []
+        node = self.chunks
+        while node is not None:
+            parts.append(node[0])
+            node = node[1]
+        return b"".join(reversed(parts))
+
+
+class JSONSchema(BytePotential[JSONState]):
+    """Documents valid under a Draft 2020-12 JSON Schema, checked byte by byte.
+
+    Args:
+        schema: the schema, as a dict, a boolean, or JSON text.
+        whitespace: "compact" (no whitespace outside strings), "flexible" (any RFC 8259
+            whitespace between tokens), or an int n (runs of at most n whitespace bytes).
+        registry: a ``referencing.Registry`` of further schemas that ``$ref`` may name;
+            nothing is ever fetched from the network.
+
+    Enforced while the document is read (a prefix dies as soon as it breaks one of these):
+    the JSON grammar and UTF-8; ``type``; ``enum``/``const``; ``properties``,
+    ``patternProperties``, ``additionalProperties``, ``propertyNames``, ``required``,
+    ``min/maxProperties``; ``prefixItems``, ``items``, ``min/maxItems``; ``minLength``,
+    ``maxLength`` (characters after decoding escapes) and ``pattern`` (an unanchored search,
+    run as a byte automaton); boolean schemas; ``$ref``/``$defs`` (recursion expanded lazily);
+    ``allOf``, and ``anyOf``/``oneOf`` read as disjunctions. When a string, number, ``true``,
+    ``false`` or ``null`` ends, it is validated against every schema that applies to it, so
+    ``format``, numeric bounds, ``multipleOf``, ``not``, ``if``/``then``/``else``, ``oneOf``
+    exclusivity and non-regular patterns are exact at that point. Everything else (keywords
+    about whole objects and arrays: ``uniqueItems``, ``contains``, ``dependent*``,
+    ``unevaluated*``, ``not`` and friends on containers, ...) is checked by the validator at
+    ``complete``; no keyword is ignored.
+
+    Where prefix viability is approximate (a prefix is kept that can no longer be completed):
+    a number is judged only when it ends (``{"a": 15`` stays alive under ``maximum: 9`` until
+    the next byte); object- and array-level keywords above are judged at ``complete``; a key
+    whose value schema is unsatisfiable dies at its closing quote; ``$dynamicRef`` is only
+    checked by the validator. A viable prefix is never rejected.
+
+    Departures from plain ``json.loads`` + validation: duplicate object keys and ``\\u``
+    escapes of unpaired surrogates are rejected, and integers too long for Python's ``int``
+    conversion limit fail at ``complete``.
+    """
+
+    def __init__(
+        self,
+        schema: dict | bool | str,
+        whitespace: str | int = "compact",
+        registry: Any = None,
+    ):
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"schema is not valid JSON: {err}") from None
+        if not isinstance(schema, (dict, bool)):
+            raise TypeError(
+                f"schema must be a dict, a bool or JSON text, not {type(schema).__name__}"
+            )
+        try:
+            Validator.check_schema(schema, format_checker=SCHEMA_FORMATS)
+        except SchemaError as err:
+            where = "/".join(str(p) for p in err.path) or "(root)"
+            raise ValueError(f"invalid JSON Schema at {where}: {err.message}") from None
+        if whitespace == "compact":
+            limit: int | None = 0
+        elif whitespace == "flexible":
+            limit = None
+        elif isinstance(whitespace, int) and not isinstance(whitespace, bool) and whitespace >= 0:
+            limit = whitespace
+        else:
+            raise ValueError(
+                f'whitespace must be "compact", "flexible" or an int >= 0, not {whitespace!r}'
+            )
+        kwargs = {"format_checker": Validator.FORMAT_CHECKER}
+        if registry is not None:
+            kwargs["registry"] = registry
+        self.schema = schema
+        self.whitespace = whitespace
+        self.validator = Validator(same_dialect(schema), **kwargs)
+        self.schemas = Schemas(self.validator.schema, self.validator)
+        self.schemas.check_refs()
+        self.machine = Machine(self.schemas.expand([self.schemas.root]), limit)
+        self._memo: dict = {}
+        self._initial = JSONState(self.machine.initial(), None)
+
+    def __repr__(self) -> str:
+        return f"JSONSchema({self.schema!r}, whitespace={self.whitespace!r})"
+
+    def initial(self) -> JSONState:
+        return self._initial
+
+    def advance(self, state: JSONState, data: bytes) -> JSONState | None:
+        configs = state.configs
+        memo = self._memo
+        if len(memo) > MEMO_LIMIT:
+            memo.clear()
+        for b in data:
+            key = (configs, b)
+            nxt = memo.get(key)
+            if nxt is None:
+                nxt = memo[key] = self.machine.step(configs, b) if configs else configs
+            if not nxt:
+                return None
+            configs = nxt
+        return JSONState(configs, (bytes(data), state.chunks) if data else state.chunks)
+
+    async def state_prefix(self, state: JSONState) -> float:
+        return 0.0 if state.configs else NEG_INF
+
+    async def state_complete(self, state: JSONState) -> float:
+        return 0.0 if self.accepts_state(state) else NEG_INF
+
+    def accepts_state(self, state: JSONState) -> bool:
+        """Is the text behind ``state`` a finished, valid document?"""
+        if not self.machine.finished(state.configs):
+            return False
+        try:
+            value = json.loads(state.text())
+        except ValueError:  # e.g. an integer beyond Python's digit limit
+            return False
+        return self.validator.is_valid(value)

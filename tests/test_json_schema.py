@@ -1,0 +1,234 @@
+"""potentials.JSONSchema: the Potential contract, exact viability, whitespace, bad schemas."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from potentials.base import NEG_INF
+from potentials.json_schema import JSONSchema
+from tests.potential_contract import PotentialContract
+
+OBJ = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 3}},
+    "required": ["a"],
+    "additionalProperties": False,
+}
+TUPLE = {"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "null"}], "items": False}
+ENUM = {"enum": ["red", "green", 7, None, [1, "x"], {"k": True}]}
+TREE = {
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {
+                "v": {"type": "number"},
+                "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+            },
+            "required": ["v"],
+            "additionalProperties": False,
+        }
+    },
+    "$ref": "#/$defs/node",
+}
+PATTERN = {"type": "string", "pattern": "^[a-c]+$", "minLength": 2}
+UNION = {"anyOf": [{"type": "string", "maxLength": 2}, {"type": "integer"}, {"type": "null"}]}
+
+
+async def prefix(pot, text: str) -> float:
+    return await pot.prefix(text.encode("utf-8"))
+
+
+async def complete(pot, text: str) -> float:
+    return await pot.complete(text.encode("utf-8"))
+
+
+class Contract(PotentialContract):
+    schema: dict = {}
+    texts: list[str] = []
+
+    def potential(self):
+        return JSONSchema(self.schema)
+
+    def contexts(self):
+        out = {b""}
+        for t in self.texts:
+            x = t.encode("utf-8")
+            out.update(x[:i] for i in range(len(x) + 1))
+        return sorted(out)
+
+
+class TestObjectContract(Contract):
+    schema = OBJ
+    texts = ['{"a":12,"b":"xy"}', '{"b":"x","a":-1}', '{"c":1}', '{"a":"x"}']
+
+
+class TestTupleContract(Contract):
+    schema = TUPLE
+    texts = ["[true,null]", "[false,null,1]", "[null]"]
+
+
+class TestEnumContract(Contract):
+    schema = ENUM
+    texts = ['"green"', '"gray"', "7", "[1,\"x\"]", '{"k":true}', "null"]
+
+
+class TestRecursiveRefContract(Contract):
+    schema = TREE
+    texts = ['{"v":1,"kids":[{"v":2,"kids":[]}]}', '{"kids":[{"w":1}]}']
+
+
+class TestPatternContract(Contract):
+    schema = PATTERN
+    texts = ['"abca"', '"a"', '"abd"', '"\\u0061b"']
+
+
+class TestUnionContract(Contract):
+    schema = UNION
+    texts = ['"ab"', '"abc"', "12", "1.5", "null", "true"]
+
+
+@pytest.mark.parametrize(
+    "schema, text, viable",
+    [
+        (OBJ, '{"a": 1', True),
+        (OBJ, '{"a":1', True),
+        (OBJ, '{"b"', True),
+        (OBJ, '{"c', False),  # no allowed key starts with c
+        (OBJ, '{"a":"x"', False),  # a must be an integer
+        (OBJ, '{"a":1,"a"', False),  # duplicate key
+        (OBJ, '{"b":"abcd', False),  # maxLength 3
+        (OBJ, '{"b":"x"}', False),  # required a is missing: "}" is dead
+        (OBJ, '{"a":1.5,', False),  # 1.5 is no integer; judged when the number ends
+        (OBJ, '{"a":1.0}', True),  # ... but 1.0 is one (jsonschema's reading)
+        ({"type": "object", "properties": {"b": False}}, '{"b"', False),
+        (TUPLE, "[true,null,", False),  # items: false after the prefix items
+        (TUPLE, "[null", False),
+        (ENUM, '"gr', True),
+        (ENUM, '"gx', False),
+        (ENUM, "[1,", True),
+        (ENUM, "[2", True),  # numbers are judged when they end
+        (ENUM, "[2,", False),
+        (ENUM, '{"k":false', False),
+        (TREE, '{"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[{"x"', False),
+        (TREE, '{"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[{"v"', True),
+        (PATTERN, '"abd', False),
+        (PATTERN, '"\\u0061\\u0062', True),
+        (PATTERN, '"a"', False),  # minLength 2
+        ({"type": "string", "pattern": "x"}, '"aaax', True),  # unanchored search
+        ({"type": "string", "minLength": 2}, '"\\ud83d\\ude00"', False),  # one character
+        ({"type": "string", "maxLength": 1}, '"\\ud83d\\ude00"', True),
+        ({"type": "string"}, '"\\ud83d"', False),  # unpaired surrogate
+        ({"type": "string"}, '"\\ude00', False),
+        ({"type": "string"}, '"a\nb"', False),  # raw control character
+        (UNION, "true", False),
+        (UNION, '"abc', False),
+        (UNION, "-", True),
+        ({"type": "number", "maximum": 9}, "[", False),
+        ({"type": "array", "items": {"maximum": 9}}, "[15", True),  # numbers judged at their end
+        ({"type": "array", "items": {"maximum": 9}}, "[15,", False),
+        ({"type": "array", "items": {"format": "ipv4"}}, '["1.2.3"', False),  # format at end
+        ({"type": "array", "maxItems": 1}, "[1,", False),
+        ({"type": "array", "minItems": 2}, "[1]", False),
+        ({"type": "object", "maxProperties": 1}, '{"a":1,', False),
+        ({"type": "object", "propertyNames": {"maxLength": 2}}, '{"abc', False),
+        ({"type": "object", "patternProperties": {"^x": {"type": "null"}},
+          "additionalProperties": False}, '{"xa":null', True),
+        ({"type": "object", "patternProperties": {"^x": {"type": "null"}},
+          "additionalProperties": False}, '{"ya', False),
+        ({"allOf": [{"type": "string"}, {"maxLength": 1}]}, '"ab', False),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, "[", False),
+        (False, "", False),
+        (True, '{"anything": [1, 2]}', True),
+    ],
+)
+async def test_viability(schema, text, viable):
+    pot = JSONSchema(schema, whitespace="flexible")
+    assert (await prefix(pot, text) == 0.0) is viable
+
+
+@pytest.mark.parametrize(
+    "schema, text, valid",
+    [
+        (OBJ, '{"a":1}', True),
+        (OBJ, '{"a":1,"b":"xyz"}', True),
+        (OBJ, '{"a":1', False),
+        (TREE, '{"v":1,"kids":[{"v":2.5,"kids":[]}]}', True),
+        ({"type": "array", "uniqueItems": True}, "[1,1]", False),  # only complete sees it
+        ({"type": "array", "uniqueItems": True}, "[1,2]", True),
+        ({"type": "number"}, "12", True),  # a top-level number ends at EOS
+        ({"type": "number"}, "012", False),
+        ({"type": "number"}, "NaN", False),
+        ({"type": "number"}, "1e5", True),
+        ({"not": {"type": "object", "required": ["a"]}}, '{"a":1}', False),
+        ({"type": "string"}, '"\\ud83d\\ude00"', True),
+        ({"type": "string", "pattern": "^\\p{Letter}+$"}, '"\u03c0"', True),  # via `regex`
+        ({"type": "string", "pattern": "^\\p{Letter}+$"}, '"1"', False),
+    ],
+)
+async def test_complete(schema, text, valid):
+    pot = JSONSchema(schema)
+    assert (await complete(pot, text) == 0.0) is valid
+
+
+async def test_whitespace_modes():
+    doc = '{ "a" : [ 1 ,\n\t2 ] }'
+    compact = JSONSchema(True)
+    flexible = JSONSchema(True, whitespace="flexible")
+    one = JSONSchema(True, whitespace=1)
+    assert await complete(compact, doc) == NEG_INF
+    assert await prefix(compact, "{ ") == NEG_INF
+    assert await complete(compact, doc.replace(" ", "").replace("\n", "").replace("\t", "")) == 0
+    assert await complete(flexible, doc) == 0.0
+    assert await complete(flexible, "  \r\n 1 \n") == 0.0
+    assert await complete(one, doc) == NEG_INF  # ",\n\t" is a run of two
+    assert await complete(one, doc.replace("\n\t", "\n")) == 0.0
+    assert await prefix(one, "[1,  ") == NEG_INF
+    assert await prefix(flexible, '"a b"') == 0.0  # spaces inside strings are content
+    assert await prefix(compact, '"a b"') == 0.0
+
+
+async def test_odd_bytes_are_dead_not_errors():
+    pot = JSONSchema({"type": "string"})
+    for bad in (b'"\xff', b'"\xc0\x80', b'"\xed\xa0\x80', b'"\xe2\x82', b"\x00", b'"\x01'):
+        assert await pot.complete(bad) == NEG_INF
+    assert await pot.prefix(b'"\xe2\x82') == 0.0  # a character cut in two is still alive
+    assert await pot.complete('"€"'.encode()) == 0.0
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"type": "strin"}, "type"),
+        ({"minLength": -1}, "minLength"),
+        ({"pattern": "("}, "pattern"),
+        ({"$ref": "#/$defs/missing"}, "cannot resolve $ref"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_bad_schemas_are_rejected(schema, message):
+    with pytest.raises(ValueError, match=message.replace("$", r"\$")):
+        JSONSchema(schema)
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="schema must be"):
+        JSONSchema(3)
+    with pytest.raises(ValueError, match="whitespace"):
+        JSONSchema(True, whitespace="loose")
+    with pytest.raises(ValueError, match="whitespace"):
+        JSONSchema(True, whitespace=-1)
+
+
+async def test_token_walk_matches_whole_context():
+    """Advancing a state over pieces equals reading the whole text at once."""
+    pot = JSONSchema(TREE)
+    doc = json.dumps({"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}]}, separators=(",", ":"))
+    x = doc.encode()
+    state = pot.initial()
+    for i in range(0, len(x), 3):
+        state = pot.advance(state, x[i : i + 3])
+        assert state is not None
+    assert await pot.state_complete(state) == 0.0
+    assert state.configs == pot.state_of(x).configs
