@@ -1,0 +1,103 @@
+"""Products of potentials: log weights add.
+
+    prefix_{a*b}(x) = prefix_a(x) + prefix_b(x)      complete_{a*b}(x) = complete_a(x) + complete_b(x)
+
+so logw_next adds too. (For weighted factors ``prefix`` is the sum of the factors' prefix
+weights, the usual SMC twist, not the log of the product's own sum over completions.) Two byte
+potentials make a byte potential whose state is the pair of states, so the product lifts to a
+token vocabulary with the same per-token cost as its factors. Token-level factors must agree on
+the vocabulary (``size``) and the EOS positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from potentials.base import NEG_INF, BytePotential, Potential
+
+
+def product(a: Potential, b: Potential) -> Potential:
+    """``a * b``: a ByteProduct for two byte potentials, else a (token-level) Product."""
+    for p in (a, b):
+        if not isinstance(p, Potential):
+            raise TypeError(f"cannot multiply a potential by {type(p).__name__}")
+    if isinstance(a, BytePotential) and isinstance(b, BytePotential):
+        return ByteProduct(a, b)
+    return Product(a, b)
+
+
+class ByteProduct(BytePotential):
+    """Product of two byte potentials; the state is (state of a, state of b)."""
+
+    def __init__(self, a: BytePotential, b: BytePotential):
+        self.a, self.b = a, b
+        self.boolean = a.boolean and b.boolean
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} * {self.b!r})"
+
+    def initial(self) -> tuple[Any, Any]:
+        return (self.a.initial(), self.b.initial())
+
+    def advance(self, state: tuple[Any, Any], data: bytes) -> tuple[Any, Any] | None:
+        sa = self.a.advance(state[0], data)
+        if sa is None:
+            return None
+        sb = self.b.advance(state[1], data)
+        return None if sb is None else (sa, sb)
+
+    async def state_prefix(self, state: tuple[Any, Any]) -> float:
+        wa = await self.a.state_prefix(state[0])
+        return NEG_INF if wa == NEG_INF else wa + await self.b.state_prefix(state[1])
+
+    async def state_complete(self, state: tuple[Any, Any]) -> float:
+        wa = await self.a.state_complete(state[0])
+        return NEG_INF if wa == NEG_INF else wa + await self.b.state_complete(state[1])
+
+
+class Product(Potential):
+    """Product of two potentials over the same vocabulary (same ``size`` and ``eos_ids``)."""
+
+    def __init__(self, a: Potential, b: Potential):
+        if a.size != b.size or tuple(a.eos_ids) != tuple(b.eos_ids):
+            hint = ""
+            if isinstance(a, BytePotential) != isinstance(b, BytePotential):
+                hint = "; lift the byte-level one to the LM's tokens first: potential.lift(lm)"
+            raise ValueError(
+                f"cannot multiply {a!r} (size {a.size}, EOS {tuple(a.eos_ids)}) by {b!r} "
+                f"(size {b.size}, EOS {tuple(b.eos_ids)}): they are over different vocabularies"
+                + hint)
+        self.a, self.b = a, b
+        self.size, self.eos_ids = a.size, tuple(a.eos_ids)
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} * {self.b!r})"
+
+    def extend(self, ctx: Any, symbol: int) -> Any:
+        return self.a.extend(ctx, symbol)
+
+    def empty(self) -> Any:
+        return self.a.empty()
+
+    async def prefix(self, ctx: Any) -> float:
+        wa = await self.a.prefix(ctx)
+        return NEG_INF if wa == NEG_INF else wa + await self.b.prefix(ctx)
+
+    async def complete(self, ctx: Any) -> float:
+        wa = await self.a.complete(ctx)
+        return NEG_INF if wa == NEG_INF else wa + await self.b.complete(ctx)
+
+    async def logw_next(self, ctx: Any) -> np.ndarray:
+        wa = await self.a.logw_next(ctx)
+        if np.all(wa == NEG_INF):
+            return wa
+        return wa + await self.b.logw_next(ctx)
+
+    async def logw_subset(self, ctx: Any, symbols: Sequence[int]) -> np.ndarray:
+        wa = await self.a.logw_subset(ctx, symbols)
+        live = np.flatnonzero(wa > NEG_INF)
+        if len(live):  # b is asked only about the symbols a keeps
+            wa[live] += await self.b.logw_subset(ctx, [symbols[i] for i in live])
+        return wa
