@@ -550,6 +550,8 @@ class Schemas:
         key = (m, json_type(value), repr(value))
         got = self._accepts.get(key)
         if got is None:
+            if len(self._accepts) > 100_000:
+                self._accepts.clear()
             got = self._accepts[key] = self._member_accepts(m, value)
         return got
 
@@ -560,9 +562,13 @@ class Schemas:
             return search(m.pattern, value)
         if self.dynamic:
             # Dynamic scope is lost out of context; check only the scalar's own keywords.
-            local = {k: v for k, v in m.contents.items() if k in _SCALAR_WORDS}
-            return self.validator.evolve(schema=local).is_valid(value)
-        return self.validator.evolve(schema=m.contents, _resolver=m.resolver).is_valid(value)
+            schema, resolver = {k: v for k, v in m.contents.items() if k in _SCALAR_WORDS}, None
+        else:
+            schema, resolver = m.contents, m.resolver
+        try:
+            return self.validator.evolve(schema=schema, _resolver=resolver).is_valid(value)
+        except Exception:  # undecidable here (the validator raised): leave it to complete
+            return True
 
     def check_refs(self) -> None:
         """Resolve every reachable $ref now (ValueError naming the first that fails)."""

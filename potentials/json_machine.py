@@ -329,6 +329,8 @@ class Machine:
             key = (lits, lpos, data)
             got = self._lits.get(key)
             if got is None:
+                if len(self._lits) > 100_000:
+                    self._lits.clear()
                 end = lpos + len(data)
                 got = self._lits[key] = frozenset(v for v in lits if v[lpos:end] == data)
             if not got:

@@ -8,7 +8,8 @@ common in ECMA-262 schemas) would make that validator raise; here they are searc
     search(p, s) = re.search(p, s)       if re compiles p
                    regex.search(p, s)    otherwise
 
-and ``Validator`` is Draft202012Validator with ``pattern``/``patternProperties`` using it.
+and ``Validator`` is Draft202012Validator with ``pattern``, ``patternProperties`` and
+``additionalProperties`` using it.
 jsonschema switches to its stock class at any subschema naming the 2020-12 dialect in
 ``$schema``; ``same_dialect`` drops those (redundant) declarations so the switch never happens.
 """
@@ -51,8 +52,26 @@ def _pattern_properties(validator: Any, pats: dict, instance: Any, schema: Any) 
                 yield from validator.descend(v, sub, path=k, schema_path=pat)
 
 
+def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Iterator:
+    if not validator.is_type(instance, "object"):
+        return
+    props = schema.get("properties", {})
+    pats = list(schema.get("patternProperties", {}))
+    extras = [k for k in instance if k not in props and not any(search(p, k) for p in pats)]
+    if validator.is_type(extra, "object"):
+        for k in extras:
+            yield from validator.descend(instance[k], extra, path=k)
+    elif not extra and extras:
+        yield ValidationError(f"additional properties are not allowed: {sorted(extras)!r}")
+
+
 Validator = validators.extend(
-    Draft202012Validator, {"pattern": _pattern, "patternProperties": _pattern_properties}
+    Draft202012Validator,
+    {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
 )
 
 

@@ -152,4 +152,7 @@ class JSONSchema(BytePotential[JSONState]):
             value = json.loads(state.text())
         except ValueError:  # e.g. an integer beyond Python's digit limit
             return False
-        return self.validator.is_valid(value)
+        try:
+            return self.validator.is_valid(value)
+        except Exception:  # the validator itself cannot decide (e.g. a regex it cannot run)
+            return False
