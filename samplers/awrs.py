@@ -56,11 +56,17 @@ def log_inv_time(log_rates: Sequence[float]) -> float:
     This is log E[1 / sum_i E_i / m_i] for i.i.d. E_i ~ Exp(1). With s = e^u the integrand is
     exp(u - sum_i softplus(u - log m_i)), smooth and unimodal, integrated by the trapezoid rule.
     """
-    rates, counts = np.unique(np.asarray(log_rates, dtype=float), return_counts=True)
-    if counts.sum() < 2:
+    if len(log_rates) < 2:
         raise ValueError("log_inv_time needs at least two rates (the integral diverges)")
-    if not np.all(np.isfinite(rates)):
-        raise ValueError(f"rates must be positive and finite, got log rates {rates}")
+    if not all(math.isfinite(r) for r in log_rates):
+        raise ValueError(f"rates must be positive and finite, got log rates {log_rates}")
+    hi, lo = max(log_rates), min(log_rates)
+    if hi == lo:  # k equal rates m: E[m / Gamma(k, 1)] = m / (k - 1)
+        return lo - math.log(len(log_rates) - 1)
+    if len(log_rates) == 2:  # m1 m2 ln(m1/m2) / (m1 - m2), written stably with r = ln(m1/m2)
+        r = hi - lo
+        return lo + math.log(r) - math.log(-math.expm1(-r))
+    rates, counts = np.unique(np.asarray(log_rates, dtype=float), return_counts=True)
     u = np.arange(rates[0] - _MARGIN, rates[-1] + _MARGIN + _STEP, _STEP)
     g = u - np.logaddexp(0.0, u[:, None] - rates[None, :]) @ counts
     return math.log(_STEP) + logsumexp(g)

@@ -31,17 +31,42 @@ Draw = Callable[[np.ndarray], int]
 RandomSource = Union[np.random.Generator, Draw]
 
 
+def inverse_cdf(probs: np.ndarray, u: float) -> int:
+    """The index i with cumsum(probs)[i-1] <= u * sum(probs) < cumsum(probs)[i], for u in [0, 1)."""
+    c = np.cumsum(probs)
+    i = int(np.searchsorted(c, u * c[-1], side="right"))
+    if i >= len(c) or probs[i] <= 0:  # rounding at the top end: take the last positive entry
+        i = int(np.flatnonzero(probs > 0)[-1])
+    return i
+
+
 def categorical(rng: np.random.Generator) -> Draw:
-    """Inverse-CDF draw: index i with probability probs[i], using one uniform from ``rng``."""
+    """Inverse-CDF draws, one uniform from ``rng`` each."""
+    return lambda probs: inverse_cdf(probs, rng.random())
 
-    def draw(probs: np.ndarray) -> int:
-        c = np.cumsum(probs)
-        i = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
-        if i >= len(c) or probs[i] <= 0:  # rounding at the top end: take the last positive entry
-            i = int(np.flatnonzero(probs > 0)[-1])
-        return i
 
-    return draw
+class BlockDraw:
+    """Inverse-CDF draws from a given block of uniforms, then from ``default_rng(seed)``.
+
+    Lets an engine hand each particle its own random stream from one vectorized draw per step
+    (creating a Generator per particle per step costs more than a whole toy step).
+    """
+
+    def __init__(self, uniforms: np.ndarray, seed: int):
+        self._u = uniforms
+        self._k = 0
+        self._seed = seed
+        self._rng: np.random.Generator | None = None
+
+    def __call__(self, probs: np.ndarray) -> int:
+        if self._k < len(self._u):
+            u = float(self._u[self._k])
+            self._k += 1
+        else:
+            if self._rng is None:
+                self._rng = np.random.default_rng(self._seed)
+            u = self._rng.random()
+        return inverse_cdf(probs, u)
 
 
 def as_draw(rng: RandomSource) -> Draw:

@@ -145,6 +145,14 @@ def test_log_inv_time_closed_forms():
     for m1, m2 in [(1.0, 0.5), (1.0, 1e-12), (1e-5, 1e-290)]:
         exact = math.log(m1 * m2 * math.log(m1 / m2) / (m1 - m2))
         assert abs(log_inv_time([math.log(m1), math.log(m2)]) - exact) < 1e-11
+    from scipy.integrate import quad
+
+    for rates in [[1.0, 0.5, 0.2], [1.0, 1.0, 0.3, 1e-3], [0.9, 1e-8, 1e-8]]:
+        # s = e^u; quad on the u scale, around the rates
+        f = lambda u: math.exp(u) * np.prod([m / (m + math.exp(u)) for m in rates])
+        pts = sorted(math.log(m) for m in rates)
+        val = quad(f, pts[0] - 60, pts[-1] + 60, points=pts, limit=500, epsabs=0, epsrel=1e-12)[0]
+        assert abs(log_inv_time([math.log(m) for m in rates]) - math.log(val)) < 1e-9
     with pytest.raises(ValueError):
         log_inv_time([0.0])
 

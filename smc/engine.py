@@ -1,0 +1,194 @@
+"""The SMC loop: N particles of a Model, advanced together, resampled when the ESS drops.
+
+With log weights lw_i after a step and ESS = (sum w_i)^2 / sum w_i^2, the population is
+resampled when ESS < ess_threshold * N: ancestors are drawn with probability w_i / sum_j w_j
+(by the chosen scheme) and every new particle gets the mean weight log((1/N) sum_i w_i), so the
+mean weight stays an unbiased estimate of Z. ess_threshold = 0 never resamples (importance
+sampling); ess_threshold = 1 resamples after every step whose weights are not all equal.
+
+Finished particles keep their weight and wait (they take part in resampling); particles of
+weight -inf are not stepped again but stay in the population (resampling removes them). The run
+ends when no live unfinished particle remains (or after ``max_steps``), and log_ml = log of the
+mean final weight, unfinished particles counting as 0. Each step, every live particle gets its
+own numpy Generator seeded from the run's, so results do not depend on how concurrent requests
+interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import time
+from typing import Any, Awaitable, Callable, Iterable
+
+import numpy as np
+
+from potentials.base import NEG_INF, Potential, logsumexp
+from samplers import TokenSampler
+from samplers.base import BlockDraw
+from smc.model import Model, is_lm, reachable
+from smc.resampling import ess as compute_ess
+from smc.resampling import get_scheme
+from smc.result import Result, Sample, StepRecord
+
+#: uniforms handed to each particle per step before it falls back to its own Generator
+_BLOCK = 8
+
+Critic = Callable[[Model], "float | Awaitable[float]"]
+
+
+async def run_all(coros: Iterable[Awaitable[Any]]) -> list[Any]:
+    """Await all concurrently; on the first error (or cancellation) cancel the rest, then re-raise."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def check_smc_args(particles: Any, ess_threshold: Any, resampling: Any) -> None:
+    """ValueError for a particle count < 1, a threshold outside [0, 1] or an unknown scheme."""
+    if isinstance(particles, bool) or not isinstance(particles, (int, np.integer)) or particles < 1:
+        raise ValueError(f"particles must be an integer >= 1, got {particles!r}")
+    if isinstance(ess_threshold, bool) or not isinstance(ess_threshold, (int, float)) or not (
+        0.0 <= ess_threshold <= 1.0
+    ):
+        raise ValueError(f"ess_threshold must be a number in [0, 1], got {ess_threshold!r}")
+    get_scheme(resampling)
+
+
+def _counters(objs: list[Any]) -> list[dict[str, float]]:
+    return [
+        {k: v for k, v in getattr(o, "stats", {}).items() if isinstance(v, (int, float))} for o in objs
+    ]
+
+
+def _delta(before: list[dict], objs: list[Any]) -> list[dict[str, float]]:
+    after = _counters(objs)
+    return [{k: a[k] - b.get(k, 0) for k in a} for a, b in zip(after, before)]
+
+
+async def smc(
+    model: Model,
+    particles: int = 16,
+    *,
+    ess_threshold: float = 0.5,
+    resampling: str = "multinomial",
+    seed: int | None = 0,
+    critic: Critic | None = None,
+    max_steps: int | None = None,
+    progress: bool | None = None,
+    progress_total: int | None = None,
+) -> Result:
+    """Run SMC on ``particles`` copies of ``model`` (see the module docstring).
+
+    Args:
+        model: the initial program state (left untouched: particles are clones).
+        particles: N >= 1.
+        ess_threshold: resample when ESS < ess_threshold * N; 0 = importance sampling.
+        resampling: "multinomial", "stratified", "systematic" or "residual".
+        seed: seeds all randomness (None: fresh entropy).
+        critic: optional log twist psi(particle) applied after each step to unfinished
+            particles (and removed before the next one), to steer resampling.
+        max_steps: stop after this many steps; unfinished particles then count as weight 0.
+        progress: tqdm bar (None: shown only once the run has lasted 2 s; False: never).
+        progress_total: length of the bar (default max_steps).
+    """
+    check_smc_args(particles, ess_threshold, resampling)
+    scheme = get_scheme(resampling)
+    n = int(particles)
+    rng = np.random.default_rng(seed)
+    objs = list(reachable(model))
+    lms = [o for o in objs if is_lm(o)]
+    counted = [o for o in objs if isinstance(o, (TokenSampler, Potential)) and hasattr(o, "stats")]
+    before_lm, before_cnt = _counters(lms), _counters(counted)
+    t0 = time.perf_counter()
+
+    pop = [model.clone() for _ in range(n)]
+    await run_all(p.start() for p in pop)
+    history: list[StepRecord] = []
+    bar = None
+    if progress is not False:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=progress_total or max_steps, delay=0 if progress else 2.0, unit="step", leave=False)
+    try:
+        step = 0
+        while max_steps is None or step < max_steps:
+            live = [i for i, p in enumerate(pop) if not p.finished and p.weight > NEG_INF]
+            if not live:
+                break
+            step += 1
+            lengths = [len(p.token_ids()) for p in pop]
+            uniforms = rng.random((len(live), _BLOCK))
+            seeds = rng.integers(0, 2**63 - 1, size=len(live))
+            for i, u, s in zip(live, uniforms, seeds):
+                pop[i].untwist()
+                pop[i]._draw = BlockDraw(u, int(s))
+            await run_all(pop[i].step() for i in live)
+            if critic is not None:
+                await run_all(_apply_critic(critic, pop[i]) for i in live)
+            for i in live:
+                pop[i]._draw = None
+            lw = np.array([p.weight for p in pop], dtype=float)
+            e = compute_ess(lw)
+            record = dict(
+                step=step,
+                tokens=[tuple(p.token_ids()[k:]) for p, k in zip(pop, lengths)],
+                log_weights=lw.tolist(),
+                finished=[p.finished for p in pop],
+                ess=e,
+            )
+            if e > 0 and e < ess_threshold * n:
+                total = logsumexp(lw)
+                ancestors = scheme(np.exp(lw - total), n, rng)
+                mean = total - math.log(n)
+                used: set[int] = set()
+                new = []
+                for a in ancestors:
+                    new.append(pop[a].clone() if a in used else pop[a])
+                    used.add(int(a))
+                for p in new:
+                    p.weight = mean
+                pop = new
+                record["ancestors"] = [int(a) for a in ancestors]
+            history.append(StepRecord(**record))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    final = [p.weight if p.finished else NEG_INF for p in pop]
+    samples = [
+        Sample(p.text(), tuple(p.token_ids()), float(p.weight), bool(p.finished and p.weight > NEG_INF))
+        for p in pop
+    ]
+    lm_delta, cnt_delta = _delta(before_lm, lms), _delta(before_cnt, counted)
+    stats = {
+        "particles": n,
+        "steps": len(history),
+        "resampling_events": sum(r.ancestors is not None for r in history),
+        "tokens": sum(len(t) for r in history for t in r.tokens),
+        "wall_time_s": time.perf_counter() - t0,
+        "lm_forward_passes": sum(d.get("forward_passes", d.get("calls", 0)) for d in lm_delta),
+        "constraint_checks": sum(
+            d.get("checks", 0) for d, o in zip(cnt_delta, counted) if isinstance(o, TokenSampler)
+        ),
+        "lm": lm_delta[0] if len(lm_delta) == 1 else lm_delta,
+        "samplers": {f"{type(o).__name__}#{k}": d for k, (d, o) in enumerate(zip(cnt_delta, counted))},
+    }
+    return Result(samples=samples, log_ml=logsumexp(np.array(final)) - math.log(n), history=history, stats=stats)
+
+
+async def _apply_critic(critic: Critic, p: Model) -> None:
+    if p.finished or p.weight == NEG_INF:
+        return
+    value = critic(p)
+    if inspect.isawaitable(value):
+        value = await value
+    p.twist(float(value))

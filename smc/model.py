@@ -1,0 +1,354 @@
+"""Probabilistic programs (LLaMPPL-style) and the built-in constrained-generation program.
+
+A Model is one particle's program state. The SMC engine runs N copies; each ``await step()``
+extends a particle and multiplies its weight by whatever the step scored:
+
+    weight <- weight * exp(sum of the step's scores),
+
+where ``sample`` from a distribution scores the sampler's log weight (0 for exact draws, the
+local mass estimate for a constrained token sampler, log p/q for a proposal), ``observe`` scores
+log p(value), ``condition(False)`` scores -inf and ``score`` adds a log weight directly. A
+``twist`` is a temporary score that guides resampling only: it is removed again before the
+particle's next step and when it finishes, so final weights are untwisted.
+
+LMs, potentials and samplers are shared by all particles: cloning a particle deep-copies its
+state but never those.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from abc import ABC, abstractmethod
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from potentials.base import NEG_INF, BytePotential, Potential, logsumexp
+from samplers import SAMPLERS, Draw, TokenSampler
+from smc.backends.base import AsyncLM
+
+
+class Shared:
+    """A container whose contents are shared, not copied, when particles are cloned."""
+
+    def __init__(self, **items: Any):
+        self.__dict__.update(items)
+
+    def __deepcopy__(self, memo: dict) -> "Shared":
+        return self
+
+
+def is_lm(obj: Any) -> bool:
+    """True for LM backends (AsyncLM subclasses, or anything with the backend protocol's members)."""
+    return isinstance(obj, AsyncLM) or (
+        hasattr(obj, "vocab") and hasattr(obj, "eos_token_ids") and hasattr(obj, "next_token_logprobs")
+    )
+
+
+def _is_shared(obj: Any) -> bool:
+    return isinstance(obj, (Potential, TokenSampler, Shared, np.random.Generator)) or is_lm(obj)
+
+
+def reachable(obj: Any, max_depth: int = 8) -> Iterator[Any]:
+    """Objects reachable from ``obj`` through attributes and containers, not inside LMs/potentials."""
+    seen: set[int] = set()
+    stack = [(obj, 0)]
+    while stack:
+        x, depth = stack.pop()
+        if id(x) in seen or depth > max_depth or isinstance(x, (str, bytes, int, float, bool)):
+            continue
+        seen.add(id(x))
+        yield x
+        if is_lm(x) or isinstance(x, Potential):
+            continue
+        if isinstance(x, dict):
+            children = list(x.values())
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            children = list(x)
+        else:
+            children = list(getattr(x, "__dict__", {}).values())
+        stack.extend((c, depth + 1) for c in children)
+
+
+# ---------------------------------------------------------------------------- distributions
+class Distribution(ABC):
+    """A (possibly un-normalized) distribution a program can sample from or observe.
+
+    ``sample(draw)`` returns (value, log_weight) properly weighted for the measure whose log
+    density is ``log_prob``; ``commit(value)`` is called once a value is chosen (an LM
+    next-token distribution extends its context there).
+    """
+
+    @abstractmethod
+    async def sample(self, draw: Draw) -> tuple[Any, float]: ...
+
+    @abstractmethod
+    async def log_prob(self, value: Any) -> float: ...
+
+    def commit(self, value: Any) -> None:
+        pass
+
+
+class Categorical(Distribution):
+    """P(values[i]) = probs[i] (normalized here)."""
+
+    def __init__(self, values: Sequence[Any], probs: Sequence[float]):
+        p = np.asarray(probs, dtype=float)
+        if len(values) != len(p) or len(p) == 0 or np.any(p < 0) or not p.sum() > 0:
+            raise ValueError("Categorical needs as many non-negative probabilities as values, not all 0")
+        self.values, self.probs = list(values), p / p.sum()
+
+    async def sample(self, draw: Draw) -> tuple[Any, float]:
+        return self.values[int(draw(self.probs))], 0.0
+
+    async def log_prob(self, value: Any) -> float:
+        p = sum(float(q) for v, q in zip(self.values, self.probs) if v == value)
+        return math.log(p) if p > 0 else NEG_INF
+
+
+def Bernoulli(p: float) -> Categorical:
+    """True with probability p."""
+    return Categorical([True, False], [p, 1.0 - p])
+
+
+class LMContext:
+    """A prompt plus the tokens generated after it, for one LM.
+
+    Args:
+        lm: an LM backend.
+        prompt: text (encoded with ``lm.encode``, or the chat template when ``chat``) or token ids.
+        chat: apply the LM's chat template to a text prompt.
+
+    ``tokens`` are the generated ids (EOS excluded); ``done`` turns True once EOS is sampled.
+    """
+
+    def __init__(self, lm: Any, prompt: str | Sequence[int] = "", *, chat: bool = False):
+        self.lm = lm
+        self.prompt_ids = tuple(encode_prompt(lm, prompt, chat) if isinstance(prompt, str) else prompt)
+        self.tokens: list[int] = []
+        self.done = False
+        self._shared = Shared(samplers={})
+
+    def next_token(self, constraint: Potential | None = None, sampler: str = "direct") -> "TokenDist":
+        """The next-token distribution p(. | prompt + tokens), times ``constraint``'s weights.
+
+        With a constraint the distribution is un-normalized; sampling from it draws a token with
+        the named sampler ("direct", "awrs") and scores the local mass estimate.
+        """
+        return TokenDist(self, self._sampler(constraint, sampler))
+
+    def _sampler(self, constraint: Potential | None, name: str) -> TokenSampler:
+        key = (id(constraint), name)
+        cache = self._shared.samplers
+        if key not in cache:
+            if name not in SAMPLERS:
+                raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+            pot = lift(constraint, self.lm)
+            cache[key] = (constraint, SAMPLERS[name](self.lm, pot, self.prompt_ids))
+        return cache[key][1]
+
+    def text(self) -> str:
+        return decode(self.lm, self.tokens)
+
+
+class TokenDist(Distribution):
+    """Next token of an LMContext under a sampler's target (see LMContext.next_token)."""
+
+    def __init__(self, context: LMContext, sampler: TokenSampler):
+        self.context, self.sampler = context, sampler
+
+    async def sample(self, draw: Draw) -> tuple[int, float]:
+        return await self.sampler.sample(tuple(self.context.tokens), draw)
+
+    async def log_prob(self, token: int) -> float:
+        ctx = tuple(self.context.tokens)
+        lp = float((await self.sampler.lm_logprobs(ctx))[token])
+        if self.sampler.potential is None or lp == NEG_INF:
+            return lp
+        return lp + float((await self.sampler.potential.logw_subset(ctx, [token]))[0])
+
+    def commit(self, token: int) -> None:
+        if token in self.sampler.eos_ids:
+            self.context.done = True
+        else:
+            self.context.tokens.append(int(token))
+
+
+# ---------------------------------------------------------------------------- programs
+class Model:
+    """A probabilistic program: subclass it and write ``async def step(self)``.
+
+    Primitives (inside ``step``): ``await self.sample(dist, proposal=None)``,
+    ``await self.observe(dist, value)``, ``self.condition(ok)``, ``self.score(logw)``,
+    ``self.twist(amount)``, ``self.finish()``. Override ``start`` for work before the first step,
+    and ``text`` / ``token_ids`` to describe a particle in the Result (by default they read
+    ``self.context`` when it is an LMContext).
+    """
+
+    def __init__(self) -> None:
+        self.weight = 0.0
+        self.twist_amount = 0.0
+        self.finished = False
+        self._draw: Draw | None = None
+
+    async def start(self) -> None:
+        """Called once per particle before the first step."""
+
+    @abstractmethod
+    async def step(self) -> None: ...
+
+    # -- primitives
+    def score(self, logw: float) -> None:
+        """Multiply the weight by exp(logw)."""
+        logw = float(logw)
+        if math.isnan(logw) or logw == math.inf:
+            raise ValueError(f"score must be finite or -inf, got {logw}")
+        self.weight += logw
+
+    def condition(self, ok: bool) -> None:
+        """Weight 0 unless ``ok``."""
+        if not ok:
+            self.weight = NEG_INF
+
+    def twist(self, amount: float) -> None:
+        """A temporary score for resampling; undone before the next step and at finish."""
+        self.score(amount)
+        self.twist_amount += float(amount)
+
+    def untwist(self) -> None:
+        if self.weight > NEG_INF:
+            self.weight -= self.twist_amount
+        self.twist_amount = 0.0
+
+    def finish(self) -> None:
+        """Stop this particle; its weight becomes final (twists removed)."""
+        self.untwist()
+        self.finished = True
+
+    @property
+    def draw(self) -> Draw:
+        if self._draw is None:
+            raise RuntimeError("Model randomness is only available inside a step run by the SMC engine")
+        return self._draw
+
+    async def sample(self, dist: Distribution | TokenSampler, proposal: Distribution | None = None) -> Any:
+        """A value from ``dist`` (scored by the sampler's weight), or from ``proposal`` with weight p/q.
+
+        With a proposal: value, w_q = proposal.sample(); score w_q + log dist(value) -
+        log proposal(value); both distributions then commit the value.
+        """
+        if proposal is None:
+            value, logw = await dist.sample(self.draw)
+        else:
+            value, logw_q = await proposal.sample(self.draw)
+            logw = logw_q + await dist.log_prob(value) - await proposal.log_prob(value) if logw_q > NEG_INF else NEG_INF
+            proposal.commit(value)
+        self.score(logw)
+        dist.commit(value)
+        return value
+
+    async def observe(self, dist: Distribution, value: Any) -> None:
+        """Score log dist(value) and commit the value."""
+        self.score(await dist.log_prob(value))
+        dist.commit(value)
+
+    # -- description and copying
+    def text(self) -> str:
+        ctx = getattr(self, "context", None)
+        return ctx.text() if isinstance(ctx, LMContext) else ""
+
+    def token_ids(self) -> tuple[int, ...]:
+        ctx = getattr(self, "context", None)
+        return tuple(ctx.tokens) if isinstance(ctx, LMContext) else ()
+
+    def clone(self) -> "Model":
+        """Deep copy of the particle's state, sharing LMs, potentials and samplers."""
+        memo = {id(x): x for x in reachable(self) if _is_shared(x)}
+        return copy.deepcopy(self, memo)
+
+
+class ConstrainedGeneration(Model):
+    """The built-in program behind ``smc.generate``: x ~ pi(x) ∝ p(x, EOS) phi(x), |x| <= max_tokens.
+
+    Initial weight phi.prefix(()); each step draws a token with the sampler and scores its
+    weight; EOS finishes. After ``max_tokens`` tokens EOS is forced with the target's weight
+    log sum_{e in EOS} p(e | x) exp(logw_next(x)[e]).
+    """
+
+    def __init__(self, sampler: TokenSampler, max_tokens: int):
+        super().__init__()
+        self.sampler = sampler
+        self.max_tokens = int(max_tokens)
+        self.tokens: list[int] = []
+
+    async def start(self) -> None:
+        if self.sampler.potential is not None:
+            self.score(await self.sampler.potential.prefix(()))
+
+    async def step(self) -> None:
+        ctx = tuple(self.tokens)
+        if len(ctx) >= self.max_tokens:
+            eos = list(self.sampler.eos_ids)
+            logp = (await self.sampler.lm_logprobs(ctx))[eos]
+            if self.sampler.potential is not None:
+                logp = logp + np.asarray(await self.sampler.potential.logw_subset(ctx, eos))
+            self.score(logsumexp(logp))
+            if self.weight > NEG_INF:  # a dead particle stays unfinished
+                self.finish()
+            return
+        token, logw = await self.sampler.sample(ctx, self.draw)
+        self.score(logw)
+        if self.weight == NEG_INF:
+            return
+        if token in self.sampler.eos_ids:
+            self.finish()
+        else:
+            self.tokens.append(token)
+
+    def token_ids(self) -> tuple[int, ...]:
+        return tuple(self.tokens)
+
+    def text(self) -> str:
+        return decode(self.sampler.lm, self.tokens)
+
+    def clone(self) -> "ConstrainedGeneration":
+        new = copy.copy(self)
+        new.tokens = list(self.tokens)
+        return new
+
+
+# ---------------------------------------------------------------------------- helpers
+def decode(lm: Any, tokens: Sequence[int]) -> str:
+    """Text of ``tokens`` (invalid UTF-8, e.g. a character cut by max_tokens, becomes U+FFFD)."""
+    return b"".join(lm.vocab[t] for t in tokens).decode("utf-8", errors="replace")
+
+
+def encode_prompt(lm: Any, prompt: str, chat: bool) -> list[int]:
+    """Prompt ids: the chat template applied to ``prompt`` when ``chat``, else ``lm.encode``."""
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
+    if not chat:
+        return list(lm.encode(prompt))
+    for method in ("encode_chat", "apply_chat_template"):
+        if hasattr(lm, method):
+            return list(getattr(lm, method)(prompt))
+    raise ValueError(f"chat=True but the LM ({type(lm).__name__}) has no chat template")
+
+
+def lift(constraint: Potential | None, lm: Any) -> Potential | None:
+    """A token-level potential for ``lm``: byte-level ones are lifted, token-level ones checked."""
+    if constraint is None:
+        return None
+    if isinstance(constraint, BytePotential):
+        return constraint.lift(lm)
+    if not isinstance(constraint, Potential):
+        raise TypeError(
+            f"constraint must be a Potential (e.g. potentials.Regex), got {type(constraint).__name__}"
+        )
+    if constraint.size != len(lm.vocab):
+        raise ValueError(
+            f"constraint has {constraint.size} symbols but the LM vocabulary has {len(lm.vocab)} "
+            "tokens: pass a byte-level constraint or one lifted to this LM"
+        )
+    return constraint

@@ -1,0 +1,131 @@
+"""The outcome of an SMC run: weighted samples, the posterior over texts, log Ẑ, genealogy, stats.
+
+With final log weights lw_i (i = 1..N; -inf for dead particles, and unfinished particles count as
+-inf in the estimates) the run estimates
+
+    Ẑ = (1/N) sum_i exp(lw_i)                       (log_ml = log Ẑ, unbiased for Z in Ẑ)
+    posterior(s) = sum_{i: text_i = s} exp(lw_i) / sum_j exp(lw_j)   over finished particles
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from potentials.base import NEG_INF, logsumexp
+from smc.resampling import ess as _ess
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One final particle: its text, token ids (EOS excluded), log weight, and whether it finished."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    log_weight: float
+    finished: bool
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What happened at one SMC step; particle i is the i-th particle of that step's population.
+
+    Attributes:
+        step: 1-based step number.
+        tokens: tokens particle i added during this step (() if it was finished, dead, or forced EOS).
+        log_weights: log weights after the step, before any resampling (twists included).
+        finished: whether particle i had finished after the step.
+        ess: effective sample size of ``log_weights``.
+        ancestors: None if no resampling followed this step; else the next step's particle k
+            descends from this step's particle ``ancestors[k]``.
+    """
+
+    step: int
+    tokens: list[tuple[int, ...]]
+    log_weights: list[float]
+    finished: list[bool]
+    ess: float
+    ancestors: list[int] | None = None
+
+
+@dataclass
+class Result:
+    """Weighted samples from an SMC run (see the module docstring for the estimates).
+
+    Attributes:
+        samples: the N final particles.
+        log_ml: log Ẑ, the log of the mean final weight (-inf when no particle finished).
+        history: one StepRecord per step, for genealogy plots.
+        stats: run statistics: particles, steps, resampling_events, tokens, wall_time_s,
+            lm_forward_passes, constraint_checks, and raw counter deltas under "lm" and "samplers"
+            (counters of objects shared with concurrent runs include those runs' work).
+    """
+
+    samples: list[Sample]
+    log_ml: float
+    history: list[StepRecord] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> list[Sample]:
+        return [s for s in self.samples if s.finished]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Normalized weights of the samples (finished ones only; zeros if none has weight)."""
+        lw = np.array([s.log_weight if s.finished else NEG_INF for s in self.samples], dtype=float)
+        total = logsumexp(lw)
+        if total == NEG_INF:
+            return np.zeros(len(lw))
+        return np.exp(lw - total)
+
+    @property
+    def posterior(self) -> dict[str, float]:
+        """Normalized weight of every distinct finished text, most probable first."""
+        by_text: dict[str, list[float]] = {}
+        for s in self.samples:
+            if s.finished and s.log_weight > NEG_INF:
+                by_text.setdefault(s.text, []).append(s.log_weight)
+        if not by_text:
+            return {}
+        logs = {t: logsumexp(np.array(v)) for t, v in by_text.items()}
+        total = logsumexp(np.array(list(logs.values())))
+        probs = {t: math.exp(v - total) for t, v in logs.items()}
+        return dict(sorted(probs.items(), key=lambda kv: -kv[1]))
+
+    @property
+    def ess(self) -> float:
+        """Effective sample size of the final weights (finished particles)."""
+        return _ess(np.array([s.log_weight if s.finished else NEG_INF for s in self.samples]))
+
+    @property
+    def best(self) -> str | None:
+        """The finished text of highest posterior probability, or None if none finished."""
+        post = self.posterior
+        return next(iter(post)) if post else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary; log values of -inf (zero weight) are written as None (null)."""
+
+        def num(x: float) -> float | None:
+            return None if x == NEG_INF else float(x)
+
+        return {
+            "samples": [
+                {"text": s.text, "log_weight": num(s.log_weight), "finished": s.finished}
+                for s in self.samples
+            ],
+            "posterior": self.posterior,
+            "log_ml": num(self.log_ml),
+            "ess": self.ess,
+            "stats": self.stats,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Result(particles={len(self.samples)}, finished={len(self.finished)}, "
+            f"log_ml={self.log_ml:.4g}, ess={self.ess:.3g}, best={self.best!r})"
+        )
