@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 from potentials.base import NEG_INF
 from potentials.json_schema import JSONSchema
@@ -232,3 +235,42 @@ async def test_token_walk_matches_whole_context():
         assert state is not None
     assert await pot.state_complete(state) == 0.0
     assert state.configs == pot.state_of(x).configs
+
+
+MIXED = {
+    "type": ["object", "array", "string", "number", "boolean", "null"],
+    "properties": {
+        "a": {"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]},
+        "b": {"not": {"type": "null"}},
+        "k": {"if": {"type": "string"}, "then": {"pattern": "^[a-z]*$"}},
+    },
+    "patternProperties": {"^v": {"type": ["number", "array"]}},
+    "items": {"anyOf": [{"$ref": "#"}, {"type": "boolean"}]},
+    "maxItems": 4,
+    "maxLength": 5,
+}
+_keys = st.sampled_from(["a", "b", "k", "v", "kids", "vé", "x\n"])
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
+VALUES = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@pytest.mark.parametrize("schema", [OBJ, TREE, ENUM, UNION, PATTERN, MIXED], ids=str)
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(value=VALUES)
+async def test_random_values_agree_with_jsonschema(schema, value):
+    """complete == the validator on random values (so a valid value's prefixes all live)."""
+    pot = JSONSchema(schema, whitespace="flexible")
+    want = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        got = await pot.complete(text.encode("utf-8"))
+        assert (got == 0.0) is want.is_valid(value), text
