@@ -129,3 +129,15 @@ class Result:
             f"Result(particles={len(self.samples)}, finished={len(self.finished)}, "
             f"log_ml={self.log_ml:.4g}, ess={self.ess:.3g}, best={self.best!r})"
         )
+
+    def plot(self, ax: Any = None) -> Any:
+        """Final weights, ESS trace with resampling events, posterior over texts (see smc.viz.plot)."""
+        from smc import viz
+
+        return viz.plot(self, ax)
+
+    def to_html(self, path: Any, lm: Any = None) -> Any:
+        """Write the genealogy page to ``path`` and return it; ``lm`` decodes tokens (see smc.viz.save)."""
+        from smc import viz
+
+        return viz.save(self, path, lm)
