@@ -113,7 +113,6 @@ class ObjectFacts:
     required: frozenset
     min_props: int
     max_props: float
-    cap: int
 
 
 @dataclass
@@ -206,10 +205,9 @@ class Clause:
             got = frozenset(v.encode("utf-8", "surrogatepass") for v in cands)
             lits = got if lits is None else lits & got
         for m in self.members:
-            if isinstance(m, Names):
-                if not m.patterns:
-                    got = frozenset(n.encode("utf-8", "surrogatepass") for n in m.names)
-                    lits = got if lits is None else lits & got
+            if isinstance(m, Names):  # patterns were split off by expand()
+                got = frozenset(n.encode("utf-8", "surrogatepass") for n in m.names)
+                lits = got if lits is None else lits & got
             elif isinstance(m, KeyPattern):
                 dfa = self.schemas.search_dfa(m.pattern)
                 if dfa is not None:
@@ -292,9 +290,7 @@ class Clause:
                     lo = max(lo, int(s["minProperties"]))
                 if _is_count(s.get("maxProperties")):
                     hi = min(hi, int(s["maxProperties"]))
-        lo = max(lo, len(req))
-        cap = int(hi) + 1 if hi < INF else lo
-        return ObjectFacts(frozenset(req), lo, hi, cap)
+        return ObjectFacts(frozenset(req), max(lo, len(req)), hi)
 
     def key_alternatives(self, seen: frozenset) -> tuple:
         """Clauses for the next key of an object whose keys so far are ``seen``."""

@@ -3,7 +3,9 @@
     complete(x) = 0  iff  x is UTF-8 JSON text (RFC 8259) in the chosen whitespace style, without
                           duplicate object keys or unpaired surrogate escapes, and
                           Draft202012Validator(schema, format_checker=FORMAT_CHECKER) accepts
-                          json.loads(x); else -inf
+                          json.loads(x); else -inf. (Patterns Python's re cannot compile but the
+                          regex package can, such as \\p{Letter}, are searched with regex:
+                          potentials.json_patterns.)
     prefix(x)   = 0  iff  the incremental recognizer (potentials.json_machine) is still alive
 """
 

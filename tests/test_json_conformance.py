@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-SUITE = Path(__file__).resolve().parents[1].parent / "shared" / "conformance" / "json-schema-test-suite"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SUITE = SHARED / "conformance" / "json-schema-test-suite"
 DRAFT = SUITE / "tests" / "draft2020-12"
 REMOTE_BASE = "http://localhost:1234/"
 
@@ -162,7 +163,9 @@ def main() -> None:
                                                    if n != FORMAT_FILE],
         "draft2020-12/format.json (format asserted)": [DRAFT / FORMAT_FILE],
         "draft2020-12/optional/*.json": sorted((DRAFT / "optional").glob("*.json")),
-        "draft2020-12/optional/format/*.json": sorted((DRAFT / "optional" / "format").glob("*.json")),
+        "draft2020-12/optional/format/*.json": sorted(
+            (DRAFT / "optional" / "format").glob("*.json")
+        ),
     }
     for title, paths in groups.items():
         total: Counter = Counter()
