@@ -1,6 +1,6 @@
-"""AWRS: adaptive weighted rejection sampling for Boolean constraints.
+"""AWRS: adaptive weighted rejection sampling.
 
-Target: t(a) = p(a) * 1[a in A], A = tokens the constraint accepts, Z = p(A) = sum_a t(a).
+Target (Boolean case): t(a) = p(a) 1[a in A], A = tokens the constraint accepts, Z = p(A).
 
 Construction (exponential clocks). Give every token a a Poisson process of arrivals with rate
 p(a). Rejected tokens are removed after their first arrival; accepted ones keep arriving, so the
@@ -26,9 +26,12 @@ sample (if j = 0) is drawn from p restricted to A, and
 still E[1 / tau_2 | what was seen]: unbiased. If Z = 0 the sampler returns a rejected token
 with weight -inf (and only then).
 
-Non-Boolean potentials (finite weights other than 0) are not handled by rejection: a potential
-that declares ``boolean = False`` is sampled with the direct sampler instead, and a check that
-returns such a weight from a potential that did not declare it raises ValueError.
+Graded weights 0 <= w(a) <= 1 (log weights <= 0, e.g. an LM potential) are handled by thinning:
+each arrival of a is accepted with probability w(a) by a coin drawn through the same draw
+function, and a stays in the pool (only w = 0 removes it). Accepted arrivals are then a Poisson
+process of rate Z = sum_a p(a) w(a) with marks ~ p w / Z, and everything above holds with the
+coins added to the path. A check (or the cap) that finds a log weight > 0 raises ValueError:
+such potentials need the direct sampler. ``max_draws`` caps thinning loops like ``max_checks``.
 """
 
 from __future__ import annotations
@@ -76,8 +79,10 @@ class AWRSSampler(TokenSampler):
     """Adaptive weighted rejection sampling (see the module docstring for the construction).
 
     Args:
-        lm, potential, prompt_ids: as for every TokenSampler; the potential must be Boolean.
-        max_checks: checks allowed before the exact fallback (0: always compute the full vector).
+        lm, potential, prompt_ids: as for every TokenSampler; next-token log weights must be
+            <= 0 (Boolean constraints, or graded weights in [0, 1] such as LM probabilities).
+        max_checks: distinct tokens checked before the exact fallback (0: always the full vector).
+        max_draws: draws before the exact fallback (bounds thinning loops on tiny weights).
     """
 
     def __init__(
@@ -87,50 +92,49 @@ class AWRSSampler(TokenSampler):
         prompt_ids: Sequence[int] = (),
         *,
         max_checks: int = 64,
+        max_draws: int = 256,
     ):
         super().__init__(lm, potential, prompt_ids)
-        if not isinstance(max_checks, int) or max_checks < 0:
-            raise ValueError(f"max_checks must be an integer >= 0, got {max_checks!r}")
-        self.max_checks = max_checks
-        self.weighted = potential is not None and getattr(potential, "boolean", True) is False
+        for name, v in [("max_checks", max_checks), ("max_draws", max_draws)]:
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        self.max_checks, self.max_draws = max_checks, max_draws
         self.stats.update(fallbacks=0, draws=0)
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
         logp = await self.lm_logprobs(ctx)
         if self.potential is None:
             return int(draw(normalized(logp)[0])), 0.0
-        if self.weighted:
-            return await self._direct(ctx, logp, draw)
-
-        p = np.exp(logp)  # remaining mass per token; rejected tokens are set to 0
+        p = np.exp(logp)  # arrival rate per token; removed (weight 0) tokens are set to 0
         alive = np.isfinite(logp)
-        checked: set[int] = set()
+        checked: dict[int, float] = {}
         log_rates: list[float] = []
         first: int | None = None
         last_rejected = self.dead_token(logp)
         while True:
-            if len(checked) >= self.max_checks:
+            if len(checked) >= self.max_checks or len(log_rates) >= self.max_draws:
                 return await self._fallback(ctx, logp, draw, log_rates, first)
             m = float(p.sum())
             if m > _TINY:
                 probs, log_m = p / m, math.log(m)
-            else:  # almost all mass rejected: renormalize in log space over what remains
+            else:  # almost all mass removed: renormalize in log space over what remains
                 if not alive.any():
                     return last_rejected, NEG_INF
                 probs, log_m = normalized(np.where(alive, logp, NEG_INF))
             d = int(draw(probs))
             self.stats["draws"] += 1
             log_rates.append(log_m)
-            if d not in checked:
-                checked.add(d)
+            v = checked.get(d)
+            if v is None:
                 self.stats["checks"] += 1
-                v = float((await self.potential.logw_subset(ctx, [d]))[0])
-                self._check_boolean(v, d)
-                if v == NEG_INF:
-                    p[d] = 0.0
-                    alive[d] = False
-                    last_rejected = d
-                    continue
+                v = checked[d] = self._check_weight(float((await self.potential.logw_subset(ctx, [d]))[0]), d)
+            if v == NEG_INF:
+                p[d] = 0.0
+                alive[d] = False
+                last_rejected = d
+                continue
+            if v < 0.0 and draw(np.array([math.exp(v), -math.expm1(v)])) != 0:
+                continue  # thinned: this arrival is not accepted, the token stays
             if first is not None:
                 return first, log_inv_time(log_rates)
             first = d
@@ -143,29 +147,24 @@ class AWRSSampler(TokenSampler):
         log_rates: list[float],
         first: int | None,
     ) -> tuple[int, float]:
-        """Exact completion once the check budget is spent (module docstring, "Cap")."""
+        """Exact completion once the budget is spent (module docstring, "Cap")."""
         self.stats["fallbacks"] += 1
         logw = await self.potential_logw(ctx)
         for a in np.flatnonzero(np.isfinite(logw)):
-            self._check_boolean(float(logw[a]), int(a))
+            self._check_weight(float(logw[a]), int(a))
         probs, log_z = normalized(logp + logw)
         if log_z == NEG_INF:
             return self.dead_token(logp), NEG_INF
-        seen = 0 if first is None else 1  # acceptances observed before the cap
+        seen = 0 if first is None else 1  # accepted arrivals before the cap
         if first is None:
             first = int(draw(probs))
         return first, log_inv_time(log_rates + [log_z] * (2 - seen))
 
-    async def _direct(self, ctx: tuple[int, ...], logp: np.ndarray, draw: Draw) -> tuple[int, float]:
-        probs, total = normalized(logp + await self.potential_logw(ctx))
-        if total == NEG_INF:
-            return self.dead_token(logp), NEG_INF
-        return int(draw(probs)), total
-
     @staticmethod
-    def _check_boolean(v: float, token: int) -> None:
-        if v != NEG_INF and abs(v) > 1e-9:
+    def _check_weight(v: float, token: int) -> float:
+        if v > 1e-12 or math.isnan(v):
             raise ValueError(
-                f"AWRS needs a Boolean constraint (log weights 0 or -inf), but token {token} got "
-                f"log weight {v}; use sampler='direct', or set boolean = False on the potential"
+                f"AWRS needs next-token log weights <= 0, but token {token} got {v}; "
+                "use sampler='direct' for this potential"
             )
+        return min(v, 0.0)

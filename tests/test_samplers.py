@@ -130,13 +130,20 @@ def test_awrs_checks_few_tokens_on_a_large_vocabulary():
     assert abs(np.mean(ws) - z) < 3 * np.std(ws) / math.sqrt(len(ws))
 
 
-def test_awrs_weighted_potential_uses_direct_and_undeclared_weights_raise():
-    soft = TokenSoft(6, [EOS], lambda x: -0.5 * len(x), lambda x: -0.5 * len(x) - 1.0)
-    sampler = AWRSSampler(LM, soft)
-    np.testing.assert_allclose(enumerated(sampler, ()), target((), phi=soft), rtol=1e-9)
-    soft.boolean = True  # lies: claims Boolean but returns graded weights
-    with pytest.raises(ValueError, match="Boolean"):
-        asyncio.run(AWRSSampler(LM, soft).sample((), np.random.default_rng(0)))
+SOFT = TokenSoft(6, [EOS], lambda x: -0.5 * len(x) - 0.4 * x.count(1), lambda x: -0.5 * len(x) - 1.0)
+
+
+@pytest.mark.parametrize("checks,draws", [(64, 3), (1, 3), (0, 0)])
+def test_awrs_graded_weights_by_thinning(checks, draws):
+    sampler = AWRSSampler(LM, SOFT, max_checks=checks, max_draws=draws)
+    for ctx in [(), (1,)]:
+        np.testing.assert_allclose(enumerated(sampler, ctx), target(ctx, phi=SOFT), rtol=1e-6, atol=1e-12)
+
+
+def test_awrs_rejects_log_weights_above_zero():
+    up = TokenSoft(6, [EOS], lambda x: 0.3 * len(x), lambda x: 0.0)
+    with pytest.raises(ValueError, match="<= 0"):
+        asyncio.run(AWRSSampler(LM, up).sample((), np.random.default_rng(0)))
 
 
 def test_log_inv_time_closed_forms():
