@@ -302,7 +302,8 @@ class HFLM(AsyncLM):
             ]
             kwargs["past_key_values"] = Cache(layers=layers)
         logits = self.model(**kwargs).logits[:, -1, : len(self.vocab)]
-        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+        # Normalized in float64 so that rows sum to 1 to float32 precision.
+        logprobs = torch.log_softmax(logits.double(), dim=-1).float().cpu()
 
         self.stats["positions_computed"] += int(n.sum())
         self.stats["positions_reused"] += int(c.sum())
