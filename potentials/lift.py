@@ -116,9 +116,14 @@ class Lifted(Potential):
         self._cache_size = cache_size
         self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._trie: VocabTrie | None = None
+        # potentials whose states are few and hashable (a regex's DFA state) share one
+        # next-token mask per state: a Boolean potential's logw_next depends on the state only
+        self._memo_masks = bool(getattr(potential, "memo_states", False)) and potential.boolean
+        self._masks: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self.mask_cache_size = 256
         self._root_live: bool | None = None
         self.stats = {"tokens_checked": 0, "trie_nodes_visited": 0, "state_cache_hits": 0,
-                      "state_cache_misses": 0}
+                      "state_cache_misses": 0, "mask_cache_hits": 0}
 
     def __repr__(self) -> str:
         return f"Lifted({self.potential!r}, vocab={self.size})"
@@ -137,7 +142,8 @@ class Lifted(Potential):
 
     def state(self, ctx: Sequence[int]) -> Any:
         """The potential's byte state after the tokens ``ctx`` (None once dead)."""
-        ctx = tuple(ctx)
+        if type(ctx) is not tuple:
+            ctx = tuple(ctx)
         got = self._states.get(ctx, _MISSING)
         if got is not _MISSING:
             self.stats["state_cache_hits"] += 1
@@ -147,8 +153,11 @@ class Lifted(Potential):
         if not ctx:
             got = self.potential.initial()
         else:
-            parent = self._states.get(ctx[:-1], _MISSING)
-            if parent is _MISSING:  # evicted or never seen: replay from the start
+            head = ctx[:-1]
+            parent = self._states.get(head, _MISSING)
+            if parent is not _MISSING:
+                self._states.move_to_end(head)
+            else:  # evicted or never seen: replay from the start
                 parent = self.potential.initial()
                 for t in ctx[:-1]:
                     parent = self._step(parent, self._check(t))
@@ -212,8 +221,25 @@ class Lifted(Potential):
         if base == NEG_INF:
             return out
         done = await self.potential.state_complete(state) - base
+        if self._memo_masks:
+            mask = self._masks.get(state)
+            if mask is None:
+                mask = self._masks[state] = np.isfinite(await self._walk(state, 0.0))
+                if len(self._masks) > self.mask_cache_size:
+                    self._masks.popitem(last=False)
+            else:
+                self._masks.move_to_end(state)
+                self.stats["mask_cache_hits"] += 1
+            out[mask] = 0.0
+        else:
+            out = await self._walk(state, base)
         for e in self.eos_ids:
             out[e] = done
+        return out
+
+    async def _walk(self, state: Any, base: float) -> np.ndarray:
+        """Weights prefix(x t) - base of every non-EOS token t from the byte state of x."""
+        out = np.full(self.size, NEG_INF)
         if self._trie is None:
             self._trie = vocab_trie(self.lm, set(self._eos | self._blocked))
         trie, advance = self._trie, self.potential.advance

@@ -34,6 +34,7 @@ class ByteProduct(BytePotential):
     def __init__(self, a: BytePotential, b: BytePotential):
         self.a, self.b = a, b
         self.boolean = a.boolean and b.boolean
+        self.memo_states = bool(getattr(a, "memo_states", False) and getattr(b, "memo_states", False))
 
     def __repr__(self) -> str:
         return f"({self.a!r} * {self.b!r})"

@@ -57,6 +57,11 @@ class Regex(BytePotential):
         return f"Regex({self.pattern!r}{', flags=%d' % self.flags if self.flags else ''})"
 
     @property
+    def memo_states(self) -> bool:
+        """States are DFA state ints (few, hashable): lifting may share work per state."""
+        return self.dfa is not None
+
+    @property
     def exact(self) -> bool:
         """True when prefix viability is exact (the pattern compiled to an automaton)."""
         return self.dfa is not None

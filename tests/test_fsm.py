@@ -74,7 +74,7 @@ def check_string(dfa: ByteDFA, rx: re.Pattern, text: str) -> None:
         for i, b in enumerate(data):
             state = dfa.step(state, b)
             assert state is not None, (rx.pattern, text, data[: i + 1])
-    if q is not None:  # no missed dead ends: a live state has a real completion
+    if q is not None and (data or dfa.live(q)):  # no missed dead ends: live means completable
         w = completion(dfa, q)
         assert w is not None, (rx.pattern, text)
         assert rx.fullmatch((data + w).decode()), (rx.pattern, text, w)
@@ -97,7 +97,7 @@ def test_byte_prefixes_inside_characters(pattern, flags, alphabet):
             data = "".join(chars).encode()
             for cut in range(len(data) + 1):
                 q = dfa.walk(dfa.start, data[:cut])
-                if q is not None:
+                if q is not None and dfa.live(q):
                     w = completion(dfa, q)
                     assert w is not None and rx.fullmatch((data[:cut] + w).decode())
 
@@ -178,3 +178,26 @@ def test_hypothesis_matches_and_mutations(data):
         text = (text[:i] + ch + text[i:] if op == 0 else text[:i] + text[i + 1:] if op == 1
                 else text[:i] + ch + text[i + 1:])
         check_string(dfa, rx, text)
+
+
+ATOMS = st.sampled_from(["a", "b", ".", "[ab]", "[^a]", r"\n", r"\b", r"\B", "^", "$", r"\Z",
+                         r"\w", r"\W", "é", "(?i:A)", ""])
+
+
+def _combine(children):
+    return st.one_of(
+        st.tuples(children, children).map("".join),
+        st.tuples(children, children).map(lambda p: f"(?:{p[0]}|{p[1]})"),
+        st.tuples(children, st.sampled_from(["*", "+", "?", "{2}", "{0,2}", "{1,}", "*?"])).map(
+            lambda p: f"(?:{p[0]}){p[1]}"),
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.recursive(ATOMS, _combine, max_leaves=6), st.sampled_from([0, re.MULTILINE,
+                                                                       re.DOTALL, re.ASCII]))
+def test_random_patterns_agree_with_re(pattern, flags):
+    dfa, rx = compile_regex(pattern, flags), re.compile(pattern, flags)
+    for n in range(5):
+        for chars in itertools.product("ab\né", repeat=n):
+            check_string(dfa, rx, "".join(chars))

@@ -210,3 +210,13 @@ async def test_embedded_vocabulary_agrees_with_brute_force(embedded_lm):
             np.testing.assert_array_equal(got, want, err_msg=f"{pattern} {ctx_bytes!r}")
             sub = list(range(0, len(vocab), 97)) + list(eos)
             np.testing.assert_array_equal(await lifted.logw_subset(ctx, sub), want[sub])
+
+
+async def test_regex_masks_are_shared_per_dfa_state():
+    lifted = Regex(r"(ab)*").lift(toy_lm())
+    first = await lifted.logw_next((2,))
+    again = await lifted.logw_next((2, 2))  # same DFA state after "ab" and "abab"
+    np.testing.assert_array_equal(first, again)
+    assert lifted.stats["mask_cache_hits"] == 1
+    want = await brute_force(Regex(r"(ab)*"), TOY_VOCAB, {EOS}, {CTL}, b"abab")
+    np.testing.assert_array_equal(again, want)
