@@ -95,7 +95,8 @@ class TokenSampler(ABC):
             contexts are tuples of generated token ids), or None for no constraint.
         prompt_ids: the prompt's token ids; the LM sees ``prompt_ids + ctx``.
 
-    ``stats`` counts ``steps`` (calls to sample) and ``checks`` (token weights evaluated).
+    ``stats`` counts ``steps`` (calls to sample), ``checks`` (single tokens whose weight was
+    asked for) and ``full_evaluations`` (whole next-token weight vectors computed).
     Samplers are shared by all particles and never copied when particles are.
     """
 
@@ -113,7 +114,7 @@ class TokenSampler(ABC):
         self.potential = potential
         self.prompt_ids = tuple(int(i) for i in prompt_ids)
         self.eos_ids = tuple(int(i) for i in lm.eos_token_ids)
-        self.stats = {"steps": 0, "checks": 0}
+        self.stats = {"steps": 0, "checks": 0, "full_evaluations": 0}
 
     def __deepcopy__(self, memo: dict) -> "TokenSampler":
         return self  # shared by all particles
@@ -127,7 +128,7 @@ class TokenSampler(ABC):
         """logw_next(ctx) over the whole vocabulary (zeros without a potential)."""
         if self.potential is None:
             return np.zeros(len(self.lm.vocab))
-        self.stats["checks"] += len(self.lm.vocab)
+        self.stats["full_evaluations"] += 1
         return np.asarray(await self.potential.logw_next(tuple(ctx)), dtype=float)
 
     async def target_logw(self, ctx: Sequence[int]) -> np.ndarray:

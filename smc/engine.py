@@ -179,6 +179,9 @@ async def smc(
         "constraint_checks": sum(
             d.get("checks", 0) for d, o in zip(cnt_delta, counted) if isinstance(o, TokenSampler)
         ),
+        "full_evaluations": sum(
+            d.get("full_evaluations", 0) for d, o in zip(cnt_delta, counted) if isinstance(o, TokenSampler)
+        ),
         "lm": lm_delta[0] if len(lm_delta) == 1 else lm_delta,
         "samplers": {f"{type(o).__name__}#{k}": d for k, (d, o) in enumerate(zip(cnt_delta, counted))},
     }

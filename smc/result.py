@@ -60,7 +60,8 @@ class Result:
         log_ml: log Ẑ, the log of the mean final weight (-inf when no particle finished).
         history: one StepRecord per step, for genealogy plots.
         stats: run statistics: particles, steps, resampling_events, tokens, wall_time_s,
-            lm_forward_passes, constraint_checks, and raw counter deltas under "lm" and "samplers"
+            lm_forward_passes, constraint_checks (single-token checks), full_evaluations (whole
+            next-token weight vectors), and raw counter deltas under "lm" and "samplers"
             (counters of objects shared with concurrent runs include those runs' work).
     """
 

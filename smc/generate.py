@@ -1,0 +1,141 @@
+"""``smc.generate`` / ``smc.agenerate``: constrained generation from an LM by SMC.
+
+Samples x from pi(x) ∝ p(x, EOS | prompt) phi(x) over |x| <= max_tokens (EOS forced at
+max_tokens, see design.md "Length"), where phi is the constraint, with ``particles`` particles
+of the built-in ConstrainedGeneration program, and returns the weighted particles, the
+posterior over texts and log Ẑ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+from potentials.base import Potential
+from samplers import SAMPLERS, make_sampler
+from smc.engine import Critic, check_smc_args, smc
+from smc.model import ConstrainedGeneration, encode_prompt, lift
+from smc.result import Result
+
+
+def check_generate_args(
+    prompt: Any, particles: Any, max_tokens: Any, ess_threshold: Any, sampler: Any, resampling: Any
+) -> None:
+    """ValueError/TypeError naming the first bad argument (run before any work)."""
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
+    check_smc_args(particles, ess_threshold, resampling)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def prompt_ids_for(lm: Any, prompt: str, chat: bool | None, max_tokens: int) -> list[int]:
+    """The prompt's token ids, checked against the model's context length."""
+    use_chat = bool(getattr(lm, "is_chat", False)) if chat is None else bool(chat)
+    ids = encode_prompt(lm, prompt, use_chat)
+    limit = getattr(lm, "max_context", None)
+    if limit is not None:
+        if len(ids) >= limit:
+            raise ValueError(
+                f"the prompt is {len(ids)} tokens, longer than the model's context of {limit} tokens"
+            )
+        if len(ids) + max_tokens > limit:
+            raise ValueError(
+                f"the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the model's "
+                f"context of {limit} tokens; lower max_tokens to at most {limit - len(ids)}"
+            )
+    return ids
+
+
+async def agenerate(
+    prompt: str,
+    constraint: Potential | None = None,
+    *,
+    lm: Any = None,
+    particles: int = 16,
+    max_tokens: int = 32,
+    seed: int | None = 0,
+    sampler: str = "awrs",
+    ess_threshold: float = 0.5,
+    resampling: str = "multinomial",
+    chat: bool | None = None,
+    progress: bool | None = None,
+    critic: Critic | None = None,
+) -> Result:
+    """Constrained generation by SMC (async); see ``generate`` for the arguments."""
+    check_generate_args(prompt, particles, max_tokens, ess_threshold, sampler, resampling)
+    if lm is None:
+        from smc.loading import load_lm
+
+        lm = load_lm()
+    ids = prompt_ids_for(lm, prompt, chat, max_tokens)
+    token_sampler = make_sampler(sampler, lm, lift(constraint, lm), ids)
+    model = ConstrainedGeneration(token_sampler, max_tokens)
+    result = await smc(
+        model,
+        particles,
+        ess_threshold=ess_threshold,
+        resampling=resampling,
+        seed=seed,
+        critic=critic,
+        progress=progress,
+        progress_total=max_tokens + 1,
+    )
+    result.stats.update(prompt_tokens=len(ids), sampler=sampler, max_tokens=max_tokens)
+    return result
+
+
+def generate(
+    prompt: str,
+    constraint: Potential | None = None,
+    *,
+    lm: Any = None,
+    particles: int = 16,
+    max_tokens: int = 32,
+    seed: int | None = 0,
+    sampler: str = "awrs",
+    ess_threshold: float = 0.5,
+    resampling: str = "multinomial",
+    chat: bool | None = None,
+    progress: bool | None = None,
+    critic: Critic | None = None,
+) -> Result:
+    """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
+
+    Args:
+        prompt: plain text (the chat template is applied when ``chat``).
+        constraint: a byte-level potential (Regex, Grammar, JSONSchema, Predicate, ...; lifted
+            to the LM's tokens automatically), a token-level Potential over the LM's vocabulary,
+            or None (unconstrained).
+        lm: the LM backend (default: ``smc.load_lm()``, the embedded model).
+        particles: N >= 1.
+        max_tokens: at most this many generated tokens; EOS is forced after them.
+        seed: seeds all randomness; the same seed gives the same result.
+        sampler: "awrs" (default), "direct", or "masking" (improper baseline).
+        ess_threshold: resample when ESS < ess_threshold * N (0: never, importance sampling).
+        resampling: "multinomial", "stratified", "systematic" or "residual".
+        chat: apply the LM's chat template (default: ``lm.is_chat``).
+        progress: tqdm bar; None shows it only for runs longer than 2 s, False never.
+        critic: optional log twist psi(particle) to guide resampling (final weights untwisted).
+
+    Returns a Result. An unsatisfiable constraint gives a Result with no finished samples and
+    log_ml = -inf. Bad arguments raise ValueError/TypeError before any work.
+
+    Inside a running event loop (e.g. Jupyter) the run happens on a worker thread; in async
+    code prefer ``await agenerate(...)``.
+    """
+    kwargs = dict(
+        lm=lm, particles=particles, max_tokens=max_tokens, seed=seed, sampler=sampler,
+        ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
+        critic=critic,
+    )
+    check_generate_args(prompt, particles, max_tokens, ess_threshold, sampler, resampling)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(agenerate(prompt, constraint, **kwargs))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, agenerate(prompt, constraint, **kwargs)).result()
