@@ -1,0 +1,7 @@
+"""``python -m smc``: see smc.cli."""
+
+import sys
+
+from smc.cli import main
+
+sys.exit(main())

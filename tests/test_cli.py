@@ -1,0 +1,97 @@
+"""``python -m smc generate``: output formats and one-line errors (exit status 2)."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from smc import cli
+from tests.test_generate import toy
+
+
+@pytest.fixture
+def toy_lm(monkeypatch):
+    """The CLI's model loader returns the toy LM (the flags are still parsed and checked)."""
+    import smc.loading
+
+    seen = {}
+
+    def fake_load(name=None, backend="hf", **kw):
+        seen.update(name=name, backend=backend)
+        return toy()
+
+    monkeypatch.setattr(smc.loading, "load_lm", fake_load)
+    return seen
+
+
+def test_json_output_regex(toy_lm, capsys):
+    code = cli.main(["generate", "--prompt", "", "--regex", r"[12]{2}-[12]", "--particles", "6",
+                     "--max-tokens", "5", "--seed", "1", "--json", "--quiet", "--model", "m"])
+    out = capsys.readouterr().out
+    assert code == 0 and toy_lm == {"name": "m", "backend": "hf"}
+    data = json.loads(out)
+    assert set(data) == {"samples", "posterior", "log_ml", "ess", "stats"}
+    assert len(data["samples"]) == 6 and isinstance(data["log_ml"], float)
+    for s in data["samples"]:
+        assert set(s) == {"text", "log_weight", "finished"}
+        if s["finished"]:
+            assert re.fullmatch(r"[12]{2}-[12]", s["text"])
+    assert abs(sum(data["posterior"].values()) - 1) < 1e-9
+
+
+def test_unsatisfiable_json_has_null_log_ml(toy_lm, capsys):
+    code = cli.main(["generate", "--prompt", "", "--regex", "zz", "--max-tokens", "2",
+                     "--particles", "2", "--json", "--quiet"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["log_ml"] is None and data["posterior"] == {}
+
+
+def test_text_output_grammar_and_schema_files(toy_lm, tmp_path, capsys):
+    grammar = tmp_path / "g.lark"
+    grammar.write_text('start: NUM "-" NUM\nNUM: /[12]+/\n')
+    assert cli.main(["generate", "--prompt", "", "--grammar", str(grammar), "--particles", "4",
+                     "--max-tokens", "4", "--quiet"]) == 0
+    assert "log_ml" in capsys.readouterr().out
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "integer"}))
+    assert cli.main(["generate", "--prompt", "", "--json-schema", str(schema), "--particles", "4",
+                     "--max-tokens", "3", "--quiet", "--sampler", "direct"]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["generate", "--prompt", "x"], "one of the arguments"),
+        (["generate", "--prompt", "x", "--regex", "a", "--particles", "0"], "particles"),
+        (["generate", "--prompt", "x", "--regex", "a", "--max-tokens", "0"], "max_tokens"),
+        (["generate", "--prompt", "x", "--regex", "a", "--sampler", "gibbs"], "invalid choice"),
+        (["generate", "--prompt", "x", "--regex", "(unclosed"], "regex|regular expression|pattern"),
+        (["generate", "--prompt", "x", "--grammar", "/nonexistent.lark"], "cannot read"),
+        (["fly"], "invalid choice"),
+    ],
+)
+def test_errors_are_one_line_exit_2(toy_lm, capsys, argv, msg):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+    assert re.search(msg, err, re.I), err
+
+
+def test_bad_schema_and_grammar(toy_lm, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert cli.main(["generate", "--prompt", "x", "--json-schema", str(bad)]) == 2
+    g = tmp_path / "bad.lark"
+    g.write_text("start: ???")
+    assert cli.main(["generate", "--prompt", "x", "--grammar", str(g)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "Traceback" not in err
+
+
+def test_module_entry_point_exit_status():
+    proc = subprocess.run([sys.executable, "-m", "smc", "generate", "--prompt", "x", "--regex", "a",
+                           "--particles", "-1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: particles")
+    assert proc.stderr.count("\n") == 1
