@@ -7,6 +7,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
+from potentials import Grammar, Regex
 from potentials.base import NEG_INF
 from samplers import make_sampler
 from smc.engine import smc
@@ -24,10 +25,20 @@ def rare_eos(ids):
     return [0.5, 0.45, 0.05]
 
 
+def digits(ids):
+    return [0.3, 0.2, 0.15, 0.2, 0.15] if len(ids) % 2 == 0 else [0.1, 0.3, 0.2, 0.1, 0.3]
+
+
 LMS = {"alt": FastToyLM([b"a", b"b", b"$"], b"$", alternating),
-       "rare_eos": FastToyLM([b"a", b"b", b"$"], b"$", rare_eos)}
+       "rare_eos": FastToyLM([b"a", b"b", b"$"], b"$", rare_eos),
+       "digits": FastToyLM([b"1", b"2", b"12", b"-", b"$"], b"$", digits)}
 # at most one "a", and not empty
 PREDICATE = TokenPredicate(3, [2], lambda x: x.count(0) <= 1, lambda x: len(x) >= 1)
+
+
+# byte-level constraints lifted to the "digits" vocabulary (tokens "1", "2", "12", "-")
+REGEX = Regex(r"1+-?2").lift(LMS["digits"])
+GRAMMAR = Grammar('start: "1" start "2" | "-"').lift(LMS["digits"])
 
 
 def phi_complete(phi):
@@ -43,9 +54,11 @@ def critic(model):
 CONFIGS = {
     "N1-IS-multinomial-direct": ("alt", PREDICATE, 3, "direct", 1, 0.0, "multinomial", None, 2000),
     "N4-half-stratified-awrs": ("alt", PREDICATE, 3, "awrs", 4, 0.5, "stratified", None, 2000),
-    "N16-always-systematic-awrs": ("alt", PREDICATE, 2, "awrs", 16, 1.0, "systematic", None, 2000),
+    "N16-always-systematic-direct": ("alt", PREDICATE, 2, "direct", 16, 1.0, "systematic", None, 2000),
     "N4-always-residual-forced-eos": ("rare_eos", PREDICATE, 2, "direct", 4, 1.0, "residual", None, 2000),
     "N4-critic-multinomial-awrs": ("alt", PREDICATE, 2, "awrs", 4, 1.0, "multinomial", critic, 2000),
+    "N4-regex-awrs": ("digits", REGEX, 3, "awrs", 4, 0.5, "multinomial", None, 2000),
+    "N4-grammar-awrs": ("digits", GRAMMAR, 3, "awrs", 4, 0.5, "systematic", None, 2000),
 }
 
 
@@ -86,8 +99,8 @@ def test_z_hat_is_unbiased(name):
     assert abs(zs.mean() - z) <= SE * se, (name, zs.mean(), z, se)
 
 
-@pytest.mark.parametrize("name", ["N4-half-stratified-awrs", "N16-always-systematic-awrs",
-                                  "N4-critic-multinomial-awrs"])
+@pytest.mark.parametrize("name", ["N4-half-stratified-awrs", "N16-always-systematic-direct",
+                                  "N4-critic-multinomial-awrs", "N4-regex-awrs"])
 def test_weighted_indicator_identity(name):
     """E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for every string s."""
     _, mass = runs(name)
