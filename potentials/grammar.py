@@ -39,7 +39,7 @@ class Grammar(BytePotential[Column]):
     - ``%ignore``d terminals may appear before any terminal and at the end; each ignored match
       is its pattern's longest one at that point (e.g. an ignored WS run is never cut short).
 
-    Departures and limits (all reported at construction, never silently):
+    Departures and limits (the first and last are silent; the others raise at construction):
     - a terminal whose Python ``re.match`` is not its longest match for reasons other than a lazy
       quantifier (an alternation such as ``/a|ab/``) is read as its whole regular language, where
       lark tries only the first match and its truncations;
@@ -50,8 +50,11 @@ class Grammar(BytePotential[Column]):
     - an ignored pattern must be decided by one character: once it matches, every further
       character must either keep it matching or end it (true of whitespace, line comments and
       ``/* */`` comments); otherwise ValueError;
-    - with two or more ignored terminals, a column where every way on is blocked by the
-      longest-match rule but another ignored match could still start counts as viable.
+    - where prefix viability depends on the longest-match rule for ignored text, two corners
+      are read generously (a prefix may count as viable and die a character later; complete
+      stays exact): a prefix ending inside a multi-byte character right after an ignored match
+      (the check waits for the character's last byte), and, with two or more ignored
+      terminals, a position where only another ignored match could still start.
 
     A grammar whose language is empty gives ``prefix(b"") == -inf``. An invalid grammar raises
     ValueError with lark's message. Invalid UTF-8 in a context is simply not in the language.

@@ -454,3 +454,22 @@ async def test_persistent_state_is_shared_and_memoized():
     assert await pot.state_prefix(s1) == 0 and await pot.state_complete(s1) == 0
     assert await pot.state_complete(s2) == NEG_INF
     assert pot.advance(s1, b")") is None
+
+
+async def test_override_extend_and_import_alias():
+    g = r"""
+start: NUM ("," NUM)* | WORD
+%import common.INT -> NUM
+%import common.WORD
+%override WORD: /[a-c]+/
+%extend NUM: "x"
+"""
+    pot = Grammar(g)
+    p = lark.Lark(g, parser="earley", lexer="dynamic_complete")
+    for s in ["1,22", "x,1", "ab", "abd", "1,", "a1", ""]:
+        try:
+            p.parse(s)
+            ok = True
+        except lark.exceptions.LarkError:
+            ok = False
+        assert (await pot.complete(s.encode()) == 0) == ok, s
