@@ -163,6 +163,13 @@ async def smc(
         if bar is not None:
             bar.close()
 
+    # objects created during the run (e.g. samplers a program builds lazily) count from zero
+    known = {id(o) for o in lms + counted}
+    for o in (o for p in pop for o in reachable(p)):
+        if id(o) not in known and (is_lm(o) or (isinstance(o, (TokenSampler, Potential)) and hasattr(o, "stats"))):
+            known.add(id(o))
+            (lms if is_lm(o) else counted).append(o)
+            (before_lm if is_lm(o) else before_cnt).append({})
     final = [p.weight if p.finished else NEG_INF for p in pop]
     samples = [
         Sample(p.text(), tuple(p.token_ids()), float(p.weight), bool(p.finished and p.weight > NEG_INF))
