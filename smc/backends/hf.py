@@ -130,7 +130,7 @@ class HFLM(AsyncLM):
             row_bytes=4 * len(vocab),
             budget_bytes=cache_budget_bytes,
         )
-        self._batcher: AutoBatcher[_Row, torch.Tensor] = AutoBatcher(self._forward, max_batch)
+        self._batcher: AutoBatcher[tuple[int, ...], torch.Tensor] = AutoBatcher(self._forward, max_batch)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -227,8 +227,8 @@ class HFLM(AsyncLM):
         if hit is not None:
             self.stats["cache_hits"] += 1
             return hit.clone()
-        row = await self._batcher.submit(ids)
-        return row.clone()
+        # The batch hands out its own rows; the trie keeps copies, so callers may modify theirs.
+        return await self._batcher.submit(ids)
 
     def clear_cache(self) -> None:
         """Forget every cached state and log-prob row."""
@@ -250,7 +250,13 @@ class HFLM(AsyncLM):
         for r, lp in zip(rows, logprobs):
             out[r.ids] = lp
         self.trie.evict()
-        return [out[ids] for ids in requests]
+        given: set[tuple[int, ...]] = set()
+        results = []
+        for ids in requests:
+            # Each caller gets a tensor of its own, also when several asked the same thing.
+            results.append(out[ids].clone() if ids in given else out[ids])
+            given.add(ids)
+        return results
 
     def _run(self, rows: list[_Row]) -> list[torch.Tensor]:
         B = len(rows)
@@ -307,8 +313,7 @@ class HFLM(AsyncLM):
 
         self.stats["positions_computed"] += int(n.sum())
         self.stats["positions_reused"] += int(c.sum())
-        # Own storage per row, so a cached row does not keep its whole batch alive.
-        results = [row.clone() for row in logprobs.unbind(0)]
+        results = list(logprobs.unbind(0))
         new_slots = self.trie.allocate(int(n.sum()))
         if self._kv_shape is not None:
             new_states = states[:, P:][torch.from_numpy(real_new).to(dev)]
@@ -320,5 +325,6 @@ class HFLM(AsyncLM):
             node, dup = self.trie.extend(r.past, r.new, new_slots[offset : offset + n[b]])
             offset += n[b]
             self.stats["recomputed_positions"] += dup
-            self.trie.store_logprobs(r.ids, node, results[b])
+            # A copy with its own storage: a cached row must not keep its whole batch alive.
+            self.trie.store_logprobs(r.ids, node, results[b].clone())
         return results
