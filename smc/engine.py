@@ -136,8 +136,10 @@ async def smc(
                 pop[i]._draw = None
             lw = np.array([p.weight for p in pop], dtype=float)
             e = compute_ess(lw)
+            live_set = set(live)
             record = dict(
                 step=step,
+                active=[i in live_set for i in range(n)],
                 tokens=[tuple(p.token_ids()[k:]) for p, k in zip(pop, lengths)],
                 log_weights=lw.tolist(),
                 finished=[p.finished for p in pop],

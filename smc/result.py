@@ -21,7 +21,11 @@ from smc.resampling import ess as _ess
 
 @dataclass(frozen=True)
 class Sample:
-    """One final particle: its text, token ids (EOS excluded), log weight, and whether it finished."""
+    """One final particle: text, token ids (EOS excluded), log weight, and ``finished``.
+
+    ``finished`` means the program ended normally (EOS, or the forced EOS at max_tokens) with
+    a positive weight; dead particles (weight 0) and unfinished ones are False.
+    """
 
     text: str
     token_ids: tuple[int, ...]
@@ -35,6 +39,7 @@ class StepRecord:
 
     Attributes:
         step: 1-based step number.
+        active: whether particle i was advanced in this step (not yet finished, weight > 0).
         tokens: tokens particle i added during this step (() if it was finished, dead, or forced EOS).
         log_weights: log weights after the step, before any resampling (twists included).
         finished: whether particle i had finished after the step.
@@ -44,6 +49,7 @@ class StepRecord:
     """
 
     step: int
+    active: list[bool]
     tokens: list[tuple[int, ...]]
     log_weights: list[float]
     finished: list[bool]
