@@ -20,7 +20,6 @@ For constrained tasks: the fraction of finished samples that the oracle (`regex`
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import platform
 import subprocess
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import smc  # noqa: E402
 from potentials import Grammar, JSONSchema, Regex  # noqa: E402
-from smc.generate import prompt_ids_for  # noqa: E402
+from smc.generation import prompt_ids_for  # noqa: E402
 
 PHONE = r"[0-9]{3}-[0-9]{3}-[0-9]{4}"
 ARITH = r"""

@@ -25,8 +25,8 @@ _EXPORTS = {
     "Result": "smc.result",
     "Sample": "smc.result",
     "smc": "smc.engine",
-    "generate": "smc.generate",
-    "agenerate": "smc.generate",
+    "generate": "smc.generation",
+    "agenerate": "smc.generation",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -72,7 +72,7 @@ def _constraint(args: argparse.Namespace):
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from smc.generate import check_generate_args, generate
+    from smc.generation import check_generate_args, generate
     from smc.loading import load_lm
 
     check_generate_args(args.prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial")

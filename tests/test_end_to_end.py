@@ -1,5 +1,6 @@
 """End to end on the embedded SmolLM2-135M-Instruct: every finished sample is valid by the oracles."""
 
+import asyncio
 import json
 import math
 import sys
@@ -83,7 +84,7 @@ async def test_unsatisfiable_constraint(embedded_lm):
 async def test_concurrent_runs_share_the_backend(embedded_lm):
     kw = dict(lm=embedded_lm, particles=3, max_tokens=5, progress=False)
     one = await smc.agenerate("Count: 1, 2,", Regex(r" [0-9]+,"), seed=1, **kw)
-    both = await __import__("asyncio").gather(
+    both = await asyncio.gather(
         smc.agenerate("Count: 1, 2,", Regex(r" [0-9]+,"), seed=1, **kw),
         smc.agenerate("Name a color:", Regex(r" [a-z]+"), seed=2, **kw),
     )
@@ -91,12 +92,18 @@ async def test_concurrent_runs_share_the_backend(embedded_lm):
     assert [s.text for s in both[0].samples] == [s.text for s in one.samples]
     for a, b in zip(both[0].samples, one.samples):
         assert a.log_weight == pytest.approx(b.log_weight, abs=1e-3)
+    # cancelling one run leaves the other and the backend working
+    victim = asyncio.create_task(smc.agenerate("Name a fruit:", Regex(r" [a-z]+"), seed=3, **kw))
+    other = asyncio.create_task(smc.agenerate("Count: 1, 2,", Regex(r" [0-9]+,"), seed=1, **kw))
+    await asyncio.sleep(0.2)
+    victim.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await victim
+    assert [s.text for s in (await other).samples] == [s.text for s in one.samples]
 
 
 def test_examples_run(embedded_lm):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    import asyncio
-
     import acrostic_story
     import short_words
 

@@ -1,5 +1,8 @@
 """``smc.generate`` / ``smc.agenerate``: constrained generation from an LM by SMC.
 
+(This module is ``smc.generation``, not ``smc.generate``: a submodule of that name would replace
+the function ``smc.generate`` on the package as soon as it was imported.)
+
 Samples x from pi(x) ∝ p(x, EOS | prompt) phi(x) over |x| <= max_tokens (EOS forced at
 max_tokens, see design.md "Length"), where phi is the constraint, with ``particles`` particles
 of the built-in ConstrainedGeneration program, and returns the weighted particles, the
