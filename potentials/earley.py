@@ -24,7 +24,7 @@ column, whatever the length of the prefix. Transitions are memoized per (column,
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -138,7 +138,9 @@ class Earley:
         for r in keep:
             self.rules_of[cfg.lhs[r]].append(r)
         self.nullable = self._nullable(cfg, keep)
-        self._cache: dict[tuple[Column, int], Column | None] = {}
+        # bounded FIFO memo; OrderedDict pops its oldest entry in O(1), where a dict's
+        # next(iter(...)) after many deletions walks over their tombstones
+        self._cache: OrderedDict[tuple[Column, int], Column | None] = OrderedDict()
         self._cache_size = cache_size
         self._compat: dict[tuple, bool] = {}
         self._group_ok: dict[tuple, bool] = {}
@@ -229,7 +231,7 @@ class Earley:
             return cache[key]
         nxt = self._step(col, b)
         if len(cache) >= self._cache_size:
-            del cache[next(iter(cache))]
+            cache.popitem(last=False)
         cache[key] = nxt
         return nxt
 
