@@ -22,7 +22,10 @@ import asyncio
 import statistics
 import time
 
-ENGINE_ARGS = dict(enforce_eager=True, kv_cache_memory_bytes=1 << 30, max_model_len=2048)
+import torch
+
+# The same engine settings for the raw AsyncLLM of part 1 and for VLLMBackend (its CPU defaults).
+ENGINE_ARGS = dict(enforce_eager=True, block_size=32, kv_cache_memory_bytes=1 << 30, max_model_len=2048)
 
 
 async def _timed_batch(engine, prompts, params, tag) -> float:
@@ -35,7 +38,9 @@ async def _timed_batch(engine, prompts, params, tag) -> float:
     return time.perf_counter() - t
 
 
-def bench_logprob_cost(model: str, batch: int, length: int, repeats: int) -> dict[str, float]:
+def bench_logprob_cost(
+    model: str, batch: int, length: int, repeats: int, decode: list[tuple[int, int]]
+) -> dict[str, float]:
     from vllm import AsyncEngineArgs, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -64,6 +69,11 @@ def bench_logprob_cost(model: str, batch: int, length: int, repeats: int) -> dic
                     dt = await _timed_batch(engine, prompts, params, f"{name}-{r}")
                     if r:
                         out.setdefault(name, []).append(dt / batch)
+            for n, steps in decode:
+                params = SamplingParams(max_tokens=steps, ignore_eos=True, temperature=1.0,
+                                        seed=0, detokenize=False)
+                dt = await _timed_batch(engine, prompts[:1] * n, params, f"decode-{n}")
+                out[f"native_decode_{n}"] = [n * steps / dt]
         finally:
             engine.shutdown()
 
@@ -79,21 +89,83 @@ def bench_logprob_cost(model: str, batch: int, length: int, repeats: int) -> dic
     return {k: statistics.median(v) for k, v in out.items()}
 
 
+REGEX = r"[0-9]{3}-[0-9]{3}-[0-9]{4}"
+PROMPT = "Give me a US phone number."
+
+
+async def _decode_loop(lm, prompt_ids: list[int], n: int, steps: int) -> float:
+    """Seconds for ``steps`` steps of batched next-token log-probs for n growing sequences,
+    each extended by a token drawn from its row (no constraint): the backend's decoding floor."""
+    gen = torch.Generator().manual_seed(0)
+    seqs = [list(prompt_ids) for _ in range(n)]
+    t = time.perf_counter()
+    for _ in range(steps):
+        rows = await lm.batch_next_token_logprobs(seqs)
+        nxt = torch.multinomial(rows.exp(), 1, generator=gen).squeeze(1).tolist()
+        for s, tok in zip(seqs, nxt):
+            s.append(tok)
+    return time.perf_counter() - t
+
+
+def bench_smc(model: str, particles: list[int], max_tokens: int) -> list[dict]:
+    """SMC (smc.generate, AWRS, Regex) with the HF backend and with vLLM; tokens/s of SMC and
+    of the same backend's plain batched decode loop over the same number of steps."""
+    import smc
+    from potentials import Regex
+
+    rows = []
+    for backend, kwargs in (("hf", {}), ("vllm", ENGINE_ARGS)):
+        lm = smc.load_lm(model, backend=backend, **kwargs)
+        try:
+            prompt_ids = lm.encode_chat(PROMPT)
+            for n in particles:
+                smc.generate(PROMPT, constraint=Regex(REGEX), lm=lm, particles=2,
+                             max_tokens=4, seed=1)  # warm-up
+                r = smc.generate(PROMPT, constraint=Regex(REGEX), lm=lm, particles=n,
+                                 max_tokens=max_tokens, seed=0)
+                smc_tok_s = r.stats["tokens"] / r.stats["wall_time_s"]
+                loop_s = asyncio.run(_decode_loop(lm, prompt_ids, n, r.stats["steps"]))
+                rows.append(dict(backend=backend, particles=n, smc_tok_s=smc_tok_s,
+                                 loop_tok_s=n * r.stats["steps"] / loop_s,
+                                 steps=r.stats["steps"], log_ml=r.log_ml))
+                print(rows[-1], flush=True)
+        finally:
+            if hasattr(lm, "close"):
+                lm.close()
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="model dir or id (default: embedded model)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--length", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--particles", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--no-smc", action="store_true", help="part 1 only")
     args = ap.parse_args()
     from smc.loading import embedded_model_dir
 
     model = args.model or str(embedded_model_dir())
-    cost = bench_logprob_cost(model, args.batch, args.length, args.repeats)
+    decode = [(n, args.max_tokens) for n in args.particles]
+    cost = bench_logprob_cost(model, args.batch, args.length, args.repeats, decode)
     print(f"\nper-request cost, {args.batch} concurrent requests, context {args.length} tokens:")
     for name, sec in cost.items():
+        if name.startswith("native_decode"):
+            continue
         extra = sec - cost["a_no_logprobs"]
         print(f"  {name:18s} {1000 * sec:8.2f} ms/request   (+{1000 * extra:7.2f} ms over a)")
+    if args.no_smc:
+        return
+    rows = bench_smc(model, args.particles, args.max_tokens)
+    print(f"\nSMC, regex {REGEX!r}, max_tokens {args.max_tokens} (tokens = particle-steps):")
+    print("  backend  N   SMC tok/s  decode-loop tok/s  overhead  vLLM-native tok/s  overhead")
+    for r in rows:
+        native = cost.get(f"native_decode_{r['particles']}") if r["backend"] == "vllm" else None
+        tail = f"{native:17.1f}  {native / r['smc_tok_s']:8.2f}" if native else ""
+        print(f"  {r['backend']:7s} {r['particles']:3d} {r['smc_tok_s']:10.1f} "
+              f"{r['loop_tok_s']:18.1f}  {r['loop_tok_s'] / r['smc_tok_s']:8.2f}  {tail}")
 
 
 if __name__ == "__main__":

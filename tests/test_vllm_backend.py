@@ -194,8 +194,14 @@ def test_cli_generate_with_vllm_and_no_leaked_processes():
 def _engine_children() -> set[int]:
     """Child processes of this test process, except multiprocessing's resource tracker (it
     belongs to the interpreter and ends with it)."""
-    return {c.pid for c in psutil.Process().children(recursive=True)
-            if "resource_tracker" not in " ".join(c.cmdline())}
+    pids = set()
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(c.cmdline()):
+                pids.add(c.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return pids
 
 
 def test_close_ends_engine_processes(vlm):

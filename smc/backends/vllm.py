@@ -202,8 +202,11 @@ class VLLMBackend(AsyncLM):
             revision=vllm_config.model_config.tokenizer_revision,
             trust_remote_code=vllm_config.model_config.trust_remote_code,
         )
-        engine = AsyncLLM.from_vllm_config(vllm_config, disable_log_stats=True)
-        return cls(engine, vllm_config, tokenizer)
+        # No local name for the engine: vLLM keeps this frame alive, and close() must be able
+        # to drop the last reference.
+        return cls(
+            AsyncLLM.from_vllm_config(vllm_config, disable_log_stats=True), vllm_config, tokenizer
+        )
 
     # -- prompts -----------------------------------------------------------------------------
 
