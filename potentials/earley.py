@@ -248,6 +248,18 @@ class Earley:
         # guard and ignore look-ahead checks run on whole characters; inside a multi-byte
         # character they wait for its last byte (the lexeme is kept until then)
         boundary = left == 0
+        if not col.groups and len(col.lexemes) == 1:
+            # inside one terminal (a string, a comment): only its DFA moves until it can end
+            is_ign, sym, q, group, gq = col.lexemes[0]
+            if not is_ign and gq is None:
+                q2 = terms[sym].step(q, b)
+                if q2 is None:
+                    return None
+                if not terms[sym].accepts(q2):
+                    new = Column(left)
+                    new.lexemes = [(False, sym, q2, group, None)]
+                    new.viable = True
+                    return new
         lexemes: dict[tuple, None] = {}
         carried: dict[tuple, Group] = {}
         seeds: list = []
