@@ -9,7 +9,7 @@ token sequences x = (x_1 .. x_n) is
 EOS tokens end the sequence (their position in logw_next carries complete - prefix); special
 (control) tokens other than EOS and tokens with no bytes never stand for text: weight 0 (-inf).
 
-Each context's byte-level state is memoized (LRU-bounded), so checking token t after context x
+Each context's byte-level state is memoized (bounded, oldest evicted first), so checking token t after context x
 advances the state of x over V[t] only: O(len(V[t])), whatever the length of x. ``logw_next``
 walks a byte trie of the whole vocabulary from the state of x, skipping every subtree whose
 shared bytes already kill the prefix.
@@ -96,8 +96,8 @@ class Lifted(Potential):
     Args:
         potential: the byte-level potential.
         lm: any backend with ``vocab`` and ``eos_token_ids`` (``special_token_ids`` optional).
-        cache_size: how many contexts' byte states are kept (least recently used evicted;
-            an evicted state is recomputed from its bytes, so eviction never changes results).
+        cache_size: how many contexts' byte states are kept (the oldest evicted first; an
+            evicted state is recomputed from its bytes, so eviction never changes results).
     """
 
     def __init__(self, potential: BytePotential, lm: Any, cache_size: int = 20_000):
@@ -114,7 +114,9 @@ class Lifted(Potential):
         self._blocked = frozenset((special | {i for i, v in enumerate(self.vocab) if not v})
                                   - self._eos)
         self._cache_size = cache_size
-        self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        # oldest-first eviction without reordering on hits: a hit then costs one hash of the
+        # context tuple (move_to_end would hash it again)
+        self._states: dict[tuple[int, ...], Any] = {}
         self._trie: VocabTrie | None = None
         # potentials whose states are few and hashable (a regex's DFA state) share one
         # next-token mask per state: a Boolean potential's logw_next depends on the state only
@@ -147,24 +149,20 @@ class Lifted(Potential):
         got = self._states.get(ctx, _MISSING)
         if got is not _MISSING:
             self.stats["state_cache_hits"] += 1
-            self._states.move_to_end(ctx)
             return got
         self.stats["state_cache_misses"] += 1
         if not ctx:
             got = self.potential.initial()
         else:
-            head = ctx[:-1]
-            parent = self._states.get(head, _MISSING)
-            if parent is not _MISSING:
-                self._states.move_to_end(head)
-            else:  # evicted or never seen: replay from the start
+            parent = self._states.get(ctx[:-1], _MISSING)
+            if parent is _MISSING:  # evicted or never seen: replay from the start
                 parent = self.potential.initial()
                 for t in ctx[:-1]:
                     parent = self._step(parent, self._check(t))
             got = self._step(parent, self._check(ctx[-1]))
         self._states[ctx] = got
         if len(self._states) > self._cache_size:
-            self._states.popitem(last=False)
+            del self._states[next(iter(self._states))]
         return got
 
     async def _weight(self, state: Any) -> float:
