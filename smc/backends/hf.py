@@ -21,17 +21,16 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from smc.backends.base import AsyncLM
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
 from smc.backends.vocab import build_vocab
-
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 
 @dataclass
@@ -259,6 +258,8 @@ class HFLM(AsyncLM):
         return results
 
     def _run(self, rows: list[_Row]) -> list[torch.Tensor]:
+        """log p(. | r.ids) for every row, running only ``r.new`` on top of ``r.past``'s states
+        (layout in the module docstring); the new states and rows go into the trie."""
         B = len(rows)
         P = max(r.past.depth for r in rows)
         N = max(len(r.new) for r in rows)
