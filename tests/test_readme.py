@@ -1,0 +1,87 @@
+"""The README's commands, run as tests: its ```python tour blocks (in order, one namespace) and
+every `python -m smc ...` line of its ```sh blocks. Blocks without a language tag (loading other
+models, vLLM) need the network or a GPU and are not run here."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+BLOCKS = re.findall(r"^```(\w*)\n(.*?)^```", README, re.M | re.S)
+
+
+def blocks(lang: str) -> list[str]:
+    return [body for tag, body in BLOCKS if tag == lang]
+
+
+def cli_lines() -> list[str]:
+    return [ln.strip() for body in blocks("sh") for ln in body.splitlines()
+            if ln.strip().startswith("python -m smc")]
+
+
+def test_readme_starts_with_the_two_commands():
+    first = README.split("\n\n")[1].splitlines()
+    assert [ln.split("#")[0].strip() for ln in first] == ["make demo", "make test"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+    assert blocks("python") and cli_lines()
+
+
+def run_cli(line: str) -> subprocess.CompletedProcess:
+    args = shlex.split(line)
+    assert args[:3] == ["python", "-m", "smc"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, *args[1:]], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def test_cli_help():
+    line = next(ln for ln in cli_lines() if ln.endswith("--help"))
+    out = run_cli(line)
+    assert out.returncode == 0, out.stderr
+    for flag in ("--prompt", "--regex", "--grammar", "--json-schema", "--particles", "--max-tokens",
+                 "--seed", "--sampler", "--model", "--backend", "--json"):
+        assert flag in out.stdout
+
+
+@pytest.mark.slow
+def test_cli_generate_commands():
+    lines = [ln for ln in cli_lines() if " generate " in ln and "--help" not in ln]
+    assert lines
+    for line in lines:
+        out = run_cli(line)
+        assert out.returncode == 0, (line, out.stderr[-2000:])
+        if "--json" in shlex.split(line):
+            data = json.loads(out.stdout)
+            assert set(data) >= {"samples", "posterior", "log_ml", "ess", "stats"}
+            pattern = shlex.split(line)[shlex.split(line).index("--regex") + 1]
+            finished = [s["text"] for s in data["samples"] if s["finished"]]
+            assert finished and all(re.fullmatch(pattern, t) for t in finished)
+
+
+@pytest.mark.slow
+def test_python_tour_runs(embedded_lm, tmp_path, monkeypatch, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import smc
+    from smc.result import Result
+
+    # the tour's smc.load_lm() is the embedded model: reuse the session's copy
+    monkeypatch.setattr(smc, "load_lm", lambda *a, **k: embedded_lm if not (a or k) else pytest.fail(a))
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {"__name__": "__readme__"}
+    for body in blocks("python"):
+        exec(compile(body, "README.md", "exec"), ns)
+    printed = capsys.readouterr().out
+    assert re.search(r"\b[0-9]{3}-[0-9]{3}-[0-9]{4}\b", printed)  # the phone number came out
+    assert isinstance(ns["r"], Result) and ns["r"].history
+    assert (tmp_path / "run.html").stat().st_size > 1000
+    matplotlib.pyplot.close("all")
