@@ -242,7 +242,10 @@ change its weight:
 
 The engine `smc.smc(model, N)` runs N copies, resamples when the effective sample size drops
 below half of N, and returns the same `Result` as `smc.generate`. Both programs below run on the
-embedded model; `examples/` has them as scripts."""),
+embedded model. Their script versions in `examples/` go further: `short_words.py` puts the
+word-length rule into the token sampler (a `Predicate` sampled with AWRS, so no particle dies)
+and forces EOS with its proper weight; `acrostic_story.py` makes sentence k start with the k-th
+letter of a word and steers resampling with a twist."""),
     code("""import re
 
 import matplotlib.pyplot as plt
