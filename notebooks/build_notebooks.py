@@ -259,7 +259,9 @@ lm = smc.load_lm()"""),
     md("""## Program 1: every word has at most 5 letters
 Sample each token from the model, then *condition*: a particle whose text has a word longer than
 5 letters gets weight 0. That is a particle filter with the LM as proposal; resampling replaces
-the dead particles by copies of live ones."""),
+the dead particles by copies of live ones. (To stay fast, both programs simply stop after
+`max_tokens` tokens: a cut-off text counts as finished, so the target is over texts that end with
+EOS *or* reach that length.)"""),
     code("""class ShortWords(smc.Model):
     def __init__(self, lm, prompt, max_tokens=16, max_letters=5):
         super().__init__()

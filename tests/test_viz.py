@@ -18,10 +18,8 @@ import pytest
 
 import smc.viz as viz
 from potentials.base import NEG_INF
-from samplers import make_sampler
+from smc import agenerate
 from smc.backends.toy import ToyLM
-from smc.engine import smc
-from smc.model import ConstrainedGeneration
 from smc.result import Result
 from tests.toy_problems import TokenPredicate
 
@@ -33,8 +31,8 @@ PHI = TokenPredicate(4, [3], lambda x: x.count(0) <= 2, lambda x: len(x) >= 1)
 
 
 async def run(n=8, max_tokens=6, seed=1, phi=PHI, ess_threshold=0.9):
-    model = ConstrainedGeneration(make_sampler("direct", LM, phi), max_tokens)
-    return await smc(model, n, ess_threshold=ess_threshold, seed=seed, progress=False)
+    return await agenerate("", phi, lm=LM, particles=n, max_tokens=max_tokens, seed=seed,
+                           sampler="direct", ess_threshold=ess_threshold, progress=False)
 
 
 # ---------------------------------------------------------------- genealogy data
