@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.smc-steer-installed
 
-.PHONY: demo test test-vllm bench notebooks clean-venv
+.PHONY: demo test test-vllm bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -330,9 +330,8 @@ def encode_prompt(lm: Any, prompt: str, chat: bool) -> list[int]:
         raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
     if not chat:
         return list(lm.encode(prompt))
-    for method in ("encode_chat", "apply_chat_template"):
-        if hasattr(lm, method):
-            return list(getattr(lm, method)(prompt))
+    if hasattr(lm, "encode_chat"):
+        return list(lm.encode_chat(prompt))
     raise ValueError(f"chat=True but the LM ({type(lm).__name__}) has no chat template")
 
 

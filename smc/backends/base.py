@@ -13,7 +13,8 @@ Optional members that the rest of the library uses when present:
 
     special_token_ids: frozenset[int]        control tokens (other than EOS) that never stand for text;
                                              lifted constraints give them weight 0
-    apply_chat_template(text) -> list[int]   prompt ids with the model's chat template
+    is_chat: bool                            the tokenizer has a chat template
+    encode_chat(text, system=None)           prompt ids with the model's chat template
     stats: dict[str, int]                    counters (forward passes, computed positions, ...)
 
 Backends know nothing of potentials or SMC.

@@ -178,7 +178,7 @@ class VLLMBackend(AsyncLM):
         ):
             # On CPU vLLM would otherwise reserve 92% of the machine's memory up front.
             engine_args["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
-        elif isinstance(dtype, torch.dtype):
+        if isinstance(dtype, torch.dtype):
             dtype = str(dtype).removeprefix("torch.")
         engine_args.setdefault("enable_prefix_caching", True)
         engine_args.setdefault("max_logprobs", -1)
