@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Generic, Sequence, TypeVar
+from typing import Any, Generic, Hashable, Sequence, TypeVar
 
 import numpy as np
 
@@ -130,6 +130,26 @@ class BytePotential(Potential, Generic[S]):
     @abstractmethod
     async def state_complete(self, state: S) -> float: ...
 
+    def mask_key(self, state: S) -> Hashable | None:
+        """A hashable key k(state) with: k(s) == k(s') implies, for every byte string d,
+        advance(s, d) is None iff advance(s', d) is None -- or None when there is no cheap one.
+
+        A Boolean potential's next-token mask depends on the key only, so lifting computes one
+        mask per key and shares it between particles (default: None, no sharing).
+        """
+        return None
+
+    def plain_text_budget(self, state: S) -> float | None:
+        """None, or B >= 0 (inf allowed) such that for every *plain text* w -- complete UTF-8
+        characters, none of them a control character, '"' or '\\' (``is_plain_text``) --
+        advance(state, w) is not None iff w has at most B characters.
+
+        Inside free text (a JSON string with only length limits) this lets lifting decide the
+        plain tokens, nearly all of an LM's vocabulary, in one vectorized comparison.
+        Default: None (no such bound is known).
+        """
+        return None
+
     def state_of(self, ctx: bytes) -> S | None:
         return self.advance(self.initial(), bytes(ctx)) if ctx else self.initial()
 
@@ -161,6 +181,18 @@ class BytePotential(Potential, Generic[S]):
         from potentials.lift import Lifted
 
         return Lifted(self, lm)
+
+
+def is_plain_text(data: bytes) -> bool:
+    """Plain text in the sense of ``BytePotential.plain_text_budget``: non-empty, complete
+    UTF-8, with no control character (< 0x20), '"' or '\\'."""
+    if not data or b'"' in data or b"\\" in data or min(data) < 0x20:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def logsumexp(x: np.ndarray) -> float:

@@ -101,6 +101,21 @@ class Machine:
             out.update(self._step(node, b))
         return frozenset(out)
 
+    def plain_text_budget(self, configs: frozenset) -> float | None:
+        """max over configurations of (maxLength - characters read) when every configuration
+        is inside a string, between characters, whose only byte-level checks are its length
+        bounds (no pattern, no enum/const literals); else None. Plain text only adds
+        characters there, so it stays alive exactly while it fits under that budget."""
+        best = None
+        for node in configs:
+            f = node.frame
+            if f[0] != STR or f[2] != 0 or f[3] is not None or f[5] or f[7] is not None:
+                return None
+            room = f[1].string.max_len - f[4]
+            if best is None or room > best:
+                best = room
+        return best
+
     def finished(self, configs: frozenset) -> bool:
         """Is some configuration a complete document (a trailing number ends here)?"""
         for node in configs:

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Hashable
 
 from jsonschema.exceptions import SchemaError
 
@@ -117,6 +117,7 @@ class JSONSchema(BytePotential[JSONState]):
         self.schemas.check_refs()
         self.machine = Machine(self.schemas.expand([self.schemas.root]), limit)
         self._memo: dict = {}
+        self._canon: dict = {}
         self._initial = JSONState(self.machine.initial(), None)
 
     def __repr__(self) -> str:
@@ -130,15 +131,27 @@ class JSONSchema(BytePotential[JSONState]):
         memo = self._memo
         if len(memo) > MEMO_LIMIT:
             memo.clear()
+            self._canon.clear()
         for b in data:
             key = (configs, b)
             nxt = memo.get(key)
             if nxt is None:
-                nxt = memo[key] = self.machine.step(configs, b) if configs else configs
+                nxt = self.machine.step(configs, b) if configs else configs
+                # one object per distinct set of configurations: later lookups keyed by it then
+                # match by identity instead of comparing stacks frame by frame
+                nxt = memo[key] = self._canon.setdefault(nxt, nxt)
             if not nxt:
                 return None
             configs = nxt
         return JSONState(configs, (bytes(data), state.chunks) if data else state.chunks)
+
+    def mask_key(self, state: JSONState) -> frozenset:
+        """The recognizer configurations: advance reads nothing else (the text is for
+        ``complete``), so particles in equal configurations share one lifted mask."""
+        return state.configs
+
+    def plain_text_budget(self, state: JSONState) -> float | None:
+        return self.machine.plain_text_budget(state.configs)
 
     async def state_prefix(self, state: JSONState) -> float:
         return 0.0 if state.configs else NEG_INF

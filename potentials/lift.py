@@ -12,18 +12,21 @@ EOS tokens end the sequence (their position in logw_next carries complete - pref
 Each context's byte-level state is memoized (bounded, oldest evicted first), so checking token t after context x
 advances the state of x over V[t] only: O(len(V[t])), whatever the length of x. ``logw_next``
 walks a byte trie of the whole vocabulary from the state of x, skipping every subtree whose
-shared bytes already kill the prefix.
+shared bytes already kill the prefix. For Boolean potentials the resulting mask is shared by
+states with equal ``mask_key``, and where the potential gives a ``plain_text_budget`` B (inside
+a JSON string), plain tokens are decided at once (alive iff at most B characters) and only the
+few others (quotes, escapes, control bytes, partial characters) are walked.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, BytePotential, Potential
+from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text
 
 _MISSING = object()
 
@@ -74,20 +77,40 @@ class VocabTrie:
         return len(self.label)
 
 
-_TRIES: "weakref.WeakKeyDictionary[Any, tuple[tuple, VocabTrie]]" = weakref.WeakKeyDictionary()
+_PER_LM: "weakref.WeakKeyDictionary[Any, dict[tuple, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _per_lm(lm: Any, key: tuple, build: Callable[[], Any]) -> Any:
+    """``build()``, computed once per LM and key (the vocabulary's tables outlive potentials)."""
+    key = (len(lm.vocab), *key)
+    try:
+        tables = _PER_LM.setdefault(lm, {})
+    except TypeError:  # an LM object that cannot be weakly referenced: no sharing
+        return build()
+    got = tables.get(key)
+    if got is None:
+        got = tables[key] = build()
+    return got
 
 
 def vocab_trie(lm: Any, skip: set[int]) -> VocabTrie:
-    """The trie of ``lm``'s vocabulary without the ``skip`` ids, built once per LM."""
-    key = (len(lm.vocab), tuple(sorted(skip)))
-    try:
-        got = _TRIES.get(lm)
-    except TypeError:  # an LM object that cannot be weakly referenced: no sharing
-        return VocabTrie(lm.vocab, skip)
-    if got is None or got[0] != key:
-        got = (key, VocabTrie(lm.vocab, skip))
-        _TRIES[lm] = got
-    return got[1]
+    """The trie of ``lm``'s vocabulary without the ``skip`` ids, built once per LM and skip set."""
+    return _per_lm(lm, ("trie", tuple(sorted(skip))), lambda: VocabTrie(lm.vocab, skip))
+
+
+def plain_tokens(lm: Any, skip: set[int]) -> tuple[np.ndarray, np.ndarray, VocabTrie]:
+    """(which tokens are plain text, their character counts, the trie of all other tokens),
+    ``skip`` ids excluded everywhere; built once per LM and skip set."""
+
+    def build() -> tuple[np.ndarray, np.ndarray, VocabTrie]:
+        plain = np.zeros(len(lm.vocab), dtype=bool)
+        chars = np.zeros(len(lm.vocab), dtype=np.int64)
+        for t, tok in enumerate(lm.vocab):
+            if t not in skip and is_plain_text(bytes(tok)):
+                plain[t], chars[t] = True, len(bytes(tok).decode("utf-8"))
+        return plain, chars, VocabTrie(lm.vocab, skip | set(np.flatnonzero(plain).tolist()))
+
+    return _per_lm(lm, ("plain", tuple(sorted(skip))), build)
 
 
 class Lifted(Potential):
@@ -118,9 +141,8 @@ class Lifted(Potential):
         # context tuple (move_to_end would hash it again)
         self._states: dict[tuple[int, ...], Any] = {}
         self._trie: VocabTrie | None = None
-        # potentials whose states are few and hashable (a regex's DFA state) share one
-        # next-token mask per state: a Boolean potential's logw_next depends on the state only
-        self._memo_masks = bool(getattr(potential, "memo_states", False)) and potential.boolean
+        # a Boolean potential's next-token mask depends on its state's mask_key only (a regex's
+        # DFA state, a JSON recognizer's configurations): one mask per key, shared by particles
         self._masks: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.mask_cache_size = 256
         self._root_live: bool | None = None
@@ -219,28 +241,45 @@ class Lifted(Potential):
         if base == NEG_INF:
             return out
         done = await self.potential.state_complete(state) - base
-        if self._memo_masks:
-            mask = self._masks.get(state)
+        if self.potential.boolean:
+            key = self.potential.mask_key(state)
+            mask = None if key is None else self._masks.get(key)
             if mask is None:
-                mask = self._masks[state] = np.isfinite(await self._walk(state, 0.0))
-                if len(self._masks) > self.mask_cache_size:
-                    self._masks.popitem(last=False)
+                mask = await self._mask(state)
+                if key is not None:
+                    self._masks[key] = mask
+                    if len(self._masks) > self.mask_cache_size:
+                        self._masks.popitem(last=False)
             else:
-                self._masks.move_to_end(state)
+                self._masks.move_to_end(key)
                 self.stats["mask_cache_hits"] += 1
             out[mask] = 0.0
         else:
-            out = await self._walk(state, base)
+            out = await self._walk(state, base, self._full_trie())
         for e in self.eos_ids:
             out[e] = done
         return out
 
-    async def _walk(self, state: Any, base: float) -> np.ndarray:
-        """Weights prefix(x t) - base of every non-EOS token t from the byte state of x."""
-        out = np.full(self.size, NEG_INF)
+    async def _mask(self, state: Any) -> np.ndarray:
+        """Boolean potentials: which non-EOS tokens keep the byte state alive."""
+        budget = self.potential.plain_text_budget(state)
+        if budget is None:
+            return np.isfinite(await self._walk(state, 0.0, self._full_trie()))
+        plain, chars, others = plain_tokens(self.lm, set(self._eos | self._blocked))
+        mask = np.isfinite(await self._walk(state, 0.0, others))
+        mask |= plain & (chars <= budget)
+        return mask
+
+    def _full_trie(self) -> VocabTrie:
         if self._trie is None:
             self._trie = vocab_trie(self.lm, set(self._eos | self._blocked))
-        trie, advance = self._trie, self.potential.advance
+        return self._trie
+
+    async def _walk(self, state: Any, base: float, trie: VocabTrie) -> np.ndarray:
+        """Weights prefix(x t) - base of the tokens t in ``trie``, from the byte state of x
+        (-inf for the tokens not in it)."""
+        out = np.full(self.size, NEG_INF)
+        advance = self.potential.advance
         boolean = self.potential.boolean
         stack = [(child, state) for child in trie.children[0]]
         visited = 0

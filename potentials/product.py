@@ -11,7 +11,7 @@ the vocabulary (``size``) and the EOS positions.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 
@@ -34,7 +34,6 @@ class ByteProduct(BytePotential):
     def __init__(self, a: BytePotential, b: BytePotential):
         self.a, self.b = a, b
         self.boolean = a.boolean and b.boolean
-        self.memo_states = bool(getattr(a, "memo_states", False) and getattr(b, "memo_states", False))
 
     def __repr__(self) -> str:
         return f"({self.a!r} * {self.b!r})"
@@ -48,6 +47,16 @@ class ByteProduct(BytePotential):
             return None
         sb = self.b.advance(state[1], data)
         return None if sb is None else (sa, sb)
+
+    def mask_key(self, state: tuple[Any, Any]) -> Hashable | None:
+        ka = self.a.mask_key(state[0])
+        kb = None if ka is None else self.b.mask_key(state[1])
+        return None if kb is None else (ka, kb)
+
+    def plain_text_budget(self, state: tuple[Any, Any]) -> float | None:
+        ba = self.a.plain_text_budget(state[0])
+        bb = None if ba is None else self.b.plain_text_budget(state[1])
+        return None if bb is None else min(ba, bb)
 
     async def state_prefix(self, state: tuple[Any, Any]) -> float:
         wa = await self.a.state_prefix(state[0])

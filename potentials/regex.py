@@ -16,6 +16,8 @@ the other way round in the cases tested). ``complete`` is exact in both modes.
 
 from __future__ import annotations
 
+from typing import Any, Hashable
+
 import regex as regex_pkg
 
 from potentials.base import NEG_INF, BytePotential
@@ -56,10 +58,9 @@ class Regex(BytePotential):
     def __repr__(self) -> str:
         return f"Regex({self.pattern!r}{', flags=%d' % self.flags if self.flags else ''})"
 
-    @property
-    def memo_states(self) -> bool:
-        """States are DFA state ints (few, hashable): lifting may share work per state."""
-        return self.dfa is not None
+    def mask_key(self, state: Any) -> Hashable | None:
+        """The DFA state (an int: few of them, so lifted masks are shared per state)."""
+        return state if self.dfa is not None else None
 
     @property
     def exact(self) -> bool:

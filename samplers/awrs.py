@@ -75,6 +75,27 @@ def log_inv_time(log_rates: Sequence[float]) -> float:
     return math.log(_STEP) + logsumexp(g)
 
 
+def _remaining_inverse_cdf(
+    cum: np.ndarray, removed: list[tuple[int, float]], t: float, alive: np.ndarray
+) -> int | None:
+    """The smallest i with F(i) > t, F(i) = cum[i] - (mass of removed tokens with index <= i):
+    inverse-CDF sampling of p restricted to the remaining tokens, without a new cumsum.
+
+    Iterates i <- searchsorted(cum, t + R(i)) from R = 0; R only grows, so this stops after at
+    most len(removed) + 1 searches, and every index it passes has F <= t. None when rounding
+    lands on a removed token or past the end (the caller then draws the slow way).
+    """
+    shift = -1.0
+    r = 0.0
+    while r != shift:
+        shift = r
+        i = int(np.searchsorted(cum, t + shift, side="right"))
+        if i >= len(cum):
+            return None
+        r = sum(mass for k, mass in removed if k <= i)
+    return i if alive[i] else None
+
+
 class AWRSSampler(TokenSampler):
     """Adaptive weighted rejection sampling (see the module docstring for the construction).
 
@@ -111,17 +132,29 @@ class AWRSSampler(TokenSampler):
         log_rates: list[float] = []
         first: int | None = None
         last_rejected = self.dead_token(logp)
+        # Inverse-CDF draws from the remaining tokens by correcting one cumsum of p for the
+        # few removed tokens, while they hold at most half the mass (no cancellation).
+        uniform = getattr(draw, "uniform", None)
+        if uniform is not None:
+            cum = np.cumsum(p)
+            total, removed_mass, removed = float(cum[-1]), 0.0, []
         while True:
             if len(checked) >= self.max_checks or len(log_rates) >= self.max_draws:
                 return await self._fallback(ctx, logp, draw, log_rates, first)
-            m = float(p.sum())
-            if m > _TINY:
-                probs, log_m = p / m, math.log(m)
-            else:  # almost all mass removed: renormalize in log space over what remains
-                if not alive.any():
-                    return last_rejected, NEG_INF
-                probs, log_m = normalized(np.where(alive, logp, NEG_INF))
-            d = int(draw(probs))
+            d = None
+            if uniform is not None and removed_mass <= 0.5 * total:
+                m = total - removed_mass
+                d = _remaining_inverse_cdf(cum, removed, uniform() * m, alive)
+                log_m = math.log(m)
+            if d is None:
+                m = float(p.sum())
+                if m > _TINY:
+                    probs, log_m = p / m, math.log(m)
+                else:  # almost all mass removed: renormalize in log space over what remains
+                    if not alive.any():
+                        return last_rejected, NEG_INF
+                    probs, log_m = normalized(np.where(alive, logp, NEG_INF))
+                d = int(draw(probs))
             self.stats["draws"] += 1
             log_rates.append(log_m)
             v = checked.get(d)
@@ -129,6 +162,9 @@ class AWRSSampler(TokenSampler):
                 self.stats["checks"] += 1
                 v = checked[d] = self._check_weight(float((await self.potential.logw_subset(ctx, [d]))[0]), d)
             if v == NEG_INF:
+                if uniform is not None:
+                    removed_mass += float(p[d])
+                    removed.append((d, float(p[d])))
                 p[d] = 0.0
                 alive[d] = False
                 last_rejected = d

@@ -15,6 +15,8 @@ inside SMC as an importance-weighted draw from t / sum(t).
 Randomness: every random choice goes through a *draw function* ``draw(probs) -> index`` that
 picks an index of a probability vector. ``rng`` may be a numpy Generator (turned into an
 inverse-CDF draw) or such a function directly (tests pass one that enumerates every path).
+Inverse-CDF draws also expose ``uniform()``, the u in [0, 1) that ``draw`` would use, so that a
+sampler may invert a CDF it maintains itself (same index, without building ``probs``).
 """
 
 from __future__ import annotations
@@ -40,9 +42,22 @@ def inverse_cdf(probs: np.ndarray, u: float) -> int:
     return i
 
 
+class Categorical:
+    """Inverse-CDF draws, one uniform from ``rng`` each."""
+
+    def __init__(self, rng: np.random.Generator):
+        self._rng = rng
+
+    def uniform(self) -> float:
+        return self._rng.random()
+
+    def __call__(self, probs: np.ndarray) -> int:
+        return inverse_cdf(probs, self.uniform())
+
+
 def categorical(rng: np.random.Generator) -> Draw:
     """Inverse-CDF draws, one uniform from ``rng`` each."""
-    return lambda probs: inverse_cdf(probs, rng.random())
+    return Categorical(rng)
 
 
 class BlockDraw:
@@ -58,15 +73,16 @@ class BlockDraw:
         self._seed = seed
         self._rng: np.random.Generator | None = None
 
-    def __call__(self, probs: np.ndarray) -> int:
+    def uniform(self) -> float:
         if self._k < len(self._u):
-            u = float(self._u[self._k])
             self._k += 1
-        else:
-            if self._rng is None:
-                self._rng = np.random.default_rng(self._seed)
-            u = self._rng.random()
-        return inverse_cdf(probs, u)
+            return float(self._u[self._k - 1])
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._seed)
+        return self._rng.random()
+
+    def __call__(self, probs: np.ndarray) -> int:
+        return inverse_cdf(probs, self.uniform())
 
 
 def as_draw(rng: RandomSource) -> Draw:

@@ -8,6 +8,10 @@ with x a in the contexts' closure under one more symbol):
     logw_next(x)[a]   = prefix(x a) - prefix(x)
     logw_next(x)[EOS] = complete(x) - prefix(x)
     logw_subset and the batch methods equal the single versions.
+
+``BytePotentialContract`` adds the claims a BytePotential may make to speed up lifting:
+equal ``mask_key`` means equal liveness for every continuation, and ``plain_text_budget`` B
+means plain text w stays alive iff it has at most B characters.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, Potential
+from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text
 
 TOL = 1e-6
 
@@ -100,3 +104,51 @@ class PotentialContract:
             assert same(com[i], await pot.complete(ctx))
             single = await pot.logw_next(ctx)
             assert all(same(x, y) for x, y in zip(nxt[i], single))
+
+
+#: plain text of 1 to 50 characters: ASCII, 2-, 3- and 4-byte characters, DEL
+PLAIN_PROBES = [b"a", b"ab", b" x", "é".encode(), "日本".encode(), "😀!".encode(), b"\x7f",
+                b"hello world", b"y" * 20, b"0123456789" * 5]
+#: continuations that are not plain text, for the mask_key check
+OTHER_PROBES = [bytes((b,)) for b in range(256)] + [b'",', b'"}', b'"]', b"\\n", b"1,", b"]}",
+                                                     "é".encode()[:1], b'a"', b"\n\t"]
+
+
+class BytePotentialContract(PotentialContract):
+    """The contract plus the optional claims of a BytePotential (see the module docstring)."""
+
+    def potential(self) -> BytePotential:
+        raise NotImplementedError
+
+    def _states(self, pot: BytePotential) -> list[tuple[Any, Any]]:
+        out = []
+        for ctx in self.contexts():
+            state = pot.state_of(ctx)
+            if state is not None:
+                out.append((ctx, state))
+        return out
+
+    async def test_plain_text_budget_holds(self):
+        pot = self.potential()
+        assert all(is_plain_text(w) for w in PLAIN_PROBES)
+        for ctx, state in self._states(pot):
+            budget = pot.plain_text_budget(state)
+            if budget is None:
+                continue
+            assert budget >= 0, (ctx, budget)
+            for w in PLAIN_PROBES:
+                alive = pot.advance(state, w) is not None
+                assert alive == (len(w.decode()) <= budget), (ctx, w, budget)
+
+    async def test_equal_mask_keys_have_equal_liveness(self):
+        pot = self.potential()
+        by_key: dict[Any, list[tuple[Any, tuple[bool, ...]]]] = {}
+        for ctx, state in self._states(pot):
+            key = pot.mask_key(state)
+            if key is None:
+                continue
+            alive = tuple(pot.advance(state, w) is not None for w in OTHER_PROBES + PLAIN_PROBES)
+            by_key.setdefault(key, []).append((ctx, alive))
+        for group in by_key.values():
+            for ctx, alive in group[1:]:
+                assert alive == group[0][1], (group[0][0], ctx)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from potentials import Grammar
 from potentials.base import NEG_INF
-from tests.potential_contract import PotentialContract
+from tests.potential_contract import BytePotentialContract, PotentialContract
 
 ARITH = r"""
 ?start: sum
@@ -139,7 +139,7 @@ def run(coro):
 # ------------------------------------------------------------------------------ contract
 
 
-class GrammarContract(PotentialContract):
+class GrammarContract(BytePotentialContract):
     name = ""
     samples: tuple = ()
 

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from potentials.base import NEG_INF
 from potentials.json_schema import JSONSchema
-from tests.potential_contract import PotentialContract
+from tests.potential_contract import BytePotentialContract, PotentialContract
 
 OBJ = {
     "type": "object",
@@ -47,7 +47,7 @@ async def complete(pot, text: str) -> float:
     return await pot.complete(text.encode("utf-8"))
 
 
-class Contract(PotentialContract):
+class Contract(BytePotentialContract):
     schema: dict = {}
     texts: list[str] = []
 

@@ -8,6 +8,7 @@ from potential_contract import PotentialContract
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.lift import Lifted, VocabTrie
+from potentials.json_schema import JSONSchema
 from potentials.regex import Regex
 from smc.backends.toy import ToyLM
 
@@ -220,3 +221,24 @@ async def test_regex_masks_are_shared_per_dfa_state():
     assert lifted.stats["mask_cache_hits"] == 1
     want = await brute_force(Regex(r"(ab)*"), TOY_VOCAB, {EOS}, {CTL}, b"abab")
     np.testing.assert_array_equal(again, want)
+
+
+@pytest.mark.slow
+async def test_embedded_vocabulary_json_masks_agree_with_brute_force(embedded_lm):
+    """JSON string states take the plain-text shortcut (budget), others the full walk."""
+    lm = embedded_lm
+    eos, special = set(lm.eos_token_ids), set(lm.special_token_ids)
+    schema = {"type": "object",
+              "properties": {"name": {"type": "string", "maxLength": 5},
+                             "tag": {"type": "string", "pattern": "^[a-z]+$"}}}
+    byte_pot = JSONSchema(schema, whitespace="flexible")
+    lifted = byte_pot.lift(lm)
+    for text in ['{"name": "', '{"name": "Zoë', '{"name": "abcd', '{"tag": "ab', '{"', "{"]:
+        ctx = tuple(lm.encode(text))
+        ctx_bytes = b"".join(lm.vocab[t] for t in ctx)
+        assert ctx_bytes == text.encode()
+        want = await brute_force(byte_pot, lm.vocab, eos, special, ctx_bytes)
+        got = await lifted.logw_next(ctx)
+        np.testing.assert_array_equal(got, want, err_msg=text)
+    # the name's string states took the shortcut: tokens longer than the room left are dead
+    assert byte_pot.plain_text_budget(byte_pot.state_of(b'{"name": "abcd')) == 1

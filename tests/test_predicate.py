@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from potential_contract import PotentialContract
+from potential_contract import BytePotentialContract, PotentialContract
 
 from potentials.base import NEG_INF
 from potentials.predicate import Predicate
@@ -28,7 +28,7 @@ CONTEXTS = [b"", b"a", b"ab", b"ax", b"x", b"\xc3", b"a\xc3", b"\xc3\xa9", b"\xc
             b"a\xe2\x82", b"\x00\x01"]
 
 
-class TestPredicateContract(PotentialContract):
+class TestPredicateContract(BytePotentialContract):
     def potential(self):
         return Predicate(complete=even_len, prefix=no_x)
 
@@ -36,7 +36,7 @@ class TestPredicateContract(PotentialContract):
         return CONTEXTS
 
 
-class TestAsyncPredicateContract(PotentialContract):
+class TestAsyncPredicateContract(BytePotentialContract):
     def potential(self):
         return Predicate(complete=even_len, prefix=async_no_x)
 
@@ -44,7 +44,7 @@ class TestAsyncPredicateContract(PotentialContract):
         return CONTEXTS
 
 
-class TestCompleteOnlyContract(PotentialContract):
+class TestCompleteOnlyContract(BytePotentialContract):
     def potential(self):
         return Predicate(complete=lambda t: t.isupper())
 

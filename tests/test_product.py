@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from potential_contract import PotentialContract
+from potential_contract import BytePotentialContract, PotentialContract
 from test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_lm
 
 from potentials.base import NEG_INF, BytePotential
+from potentials.json_schema import JSONSchema
 from potentials.predicate import Predicate
 from potentials.product import ByteProduct, Product
 from potentials.regex import Regex
@@ -20,7 +21,7 @@ def pair() -> tuple[BytePotential, BytePotential]:
                                            prefix=lambda t: "ba" not in t[2:])
 
 
-class TestByteProductContract(PotentialContract):
+class TestByteProductContract(BytePotentialContract):
     def potential(self):
         a, b = pair()
         return a * b
@@ -29,12 +30,31 @@ class TestByteProductContract(PotentialContract):
         return CONTEXTS
 
 
-class TestWeightedByteProductContract(PotentialContract):
+class TestWeightedByteProductContract(BytePotentialContract):
     def potential(self):
         return Regex(r"[ab]*c?|é") * Weighted()
 
     def contexts(self):
         return CONTEXTS
+
+
+class TestJSONStringProductContract(BytePotentialContract):
+    """Both factors give plain-text budgets and mask keys; the product combines them."""
+
+    def potential(self):
+        return JSONSchema({"type": "string", "maxLength": 6}) * JSONSchema({"maxLength": 3})
+
+    def contexts(self):
+        text = '"ab\\u00e9"'.encode()
+        return [text[:i] for i in range(len(text) + 1)] + [b'"x', b'"xy']
+
+
+def test_product_budget_is_the_smaller_one():
+    pot = JSONSchema({"type": "string", "maxLength": 6}) * JSONSchema({"maxLength": 3})
+    assert pot.plain_text_budget(pot.state_of(b'"a')) == 2
+    assert pot.mask_key(pot.state_of(b'"a')) == pot.mask_key(pot.state_of(b'"b'))
+    mixed = Regex('"[a-z]*"') * JSONSchema({"type": "string"})
+    assert mixed.plain_text_budget(mixed.state_of(b'"a')) is None  # a regex gives no budget
 
 
 class TestTokenProductContract(PotentialContract):

@@ -7,14 +7,14 @@ import re
 
 import pytest
 import regex
-from potential_contract import PotentialContract
+from potential_contract import BytePotentialContract, PotentialContract
 
 from potentials.base import NEG_INF
 from potentials.fsm import InvalidRegex
 from potentials.regex import Regex
 
 
-class TestRegexContract(PotentialContract):
+class TestRegexContract(BytePotentialContract):
     def potential(self):
         return Regex(r"[0-9]{2}(-é)?|ab\b")
 
@@ -23,7 +23,7 @@ class TestRegexContract(PotentialContract):
                 b"\xff", b"\xc3", b"\x00"]
 
 
-class TestRegexFallbackContract(PotentialContract):
+class TestRegexFallbackContract(BytePotentialContract):
     def potential(self):
         return Regex(r"(a+)b\1|x(?!y)")
 
