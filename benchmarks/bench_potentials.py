@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import sys
 import time
@@ -113,9 +114,18 @@ register("jsonschema-array", _schema(ARRAY_SCHEMA), _json_array)
 
 
 async def _timed(coro) -> float:
-    t0 = time.perf_counter()
-    await coro
-    return time.perf_counter() - t0
+    """Seconds to await ``coro``, with Python's cyclic garbage collector paused (as timeit does):
+    a full collection, whose cost grows with every object alive (here mostly transition memos
+    filled by earlier full-vocabulary walks), would otherwise land on whichever figure
+    happens to be measured when it triggers."""
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        await coro
+        return time.perf_counter() - t0
+    finally:
+        gc.enable()
 
 
 async def bench_potential(lm, name: str, lengths: list[int], n_check: int,
