@@ -30,7 +30,7 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from smc.backends.base import AsyncLM
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
-from smc.backends.vocab import build_vocab
+from smc.backends.vocab import build_vocab, chat_ids
 
 
 @dataclass
@@ -209,15 +209,7 @@ class HFLM(AsyncLM):
 
     def encode_chat(self, text: str, system: str | None = None) -> list[int]:
         """Token ids of ``text`` as a user turn in the chat template, ready for the reply."""
-        if not self.is_chat:
-            raise ValueError("this tokenizer has no chat template; use encode(text)")
-        messages = [{"role": "user", "content": text}]
-        if system is not None:
-            messages.insert(0, {"role": "system", "content": system})
-        rendered = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
-        return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+        return chat_ids(self.tokenizer, text, system)
 
     # ------------------------------------------------------------------ scoring
     async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:

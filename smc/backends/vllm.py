@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import torch
 
 from smc.backends.base import AsyncLM
-from smc.backends.vocab import build_vocab
+from smc.backends.vocab import build_vocab, chat_ids
 
 #: KV-cache size on CPU when the caller sets none (vLLM's own default takes 92% of RAM).
 CPU_KV_CACHE_BYTES = 2 << 30
@@ -218,17 +218,7 @@ class VLLMBackend(AsyncLM):
 
     def encode_chat(self, text: str, system: str | None = None) -> list[int]:
         """Token ids of ``text`` as a user turn in the chat template, ready for the reply."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        if not self.is_chat:
-            raise ValueError("this tokenizer has no chat template; use encode(text)")
-        messages = [{"role": "user", "content": text}]
-        if system is not None:
-            messages.insert(0, {"role": "system", "content": system})
-        rendered = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
-        return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+        return chat_ids(self.tokenizer, text, system)
 
     # -- log-probs ---------------------------------------------------------------------------
 
