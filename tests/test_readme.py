@@ -81,4 +81,5 @@ def test_python_tour_runs(tmp_path):
     assert re.fullmatch(r"[0-9]{1,3}( \+ [0-9]{1,3})*", lines[1])              # the grammar's sum
     person = json.loads(lines[2])                                            # the JSON document
     assert set(person) == {"name", "age"} and 0 <= person["age"] <= 120
+    assert lines[3] == "True"                                                # AtMostDigits
     assert (tmp_path / "run.html").stat().st_size > 1000
