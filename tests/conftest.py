@@ -4,6 +4,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (seeded, no example database): a failure
+# reproduces, and the suite's time does not depend on what an earlier run stored.
+settings.register_profile("seeded", derandomize=True, database=None)
+settings.load_profile("seeded")
 
 
 @pytest.fixture(scope="session")
