@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Hashable
+from typing import Any
 
 from jsonschema.exceptions import SchemaError
 

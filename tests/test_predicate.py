@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from potential_contract import BytePotentialContract, PotentialContract
+from potential_contract import BytePotentialContract
 
 from potentials.base import NEG_INF
 from potentials.predicate import Predicate

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import regex
-from potential_contract import BytePotentialContract, PotentialContract
+from potential_contract import BytePotentialContract
 
 from potentials.base import NEG_INF
 from potentials.fsm import InvalidRegex

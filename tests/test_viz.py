@@ -13,7 +13,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np
 import pytest
 
 import smc.viz as viz

@@ -26,7 +26,7 @@ import itertools
 import os
 import threading
 import weakref
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
