@@ -9,9 +9,11 @@ with x a in the contexts' closure under one more symbol):
     logw_next(x)[EOS] = complete(x) - prefix(x)
     logw_subset and the batch methods equal the single versions.
 
-``BytePotentialContract`` adds the claims a BytePotential may make to speed up lifting:
-equal ``mask_key`` means equal liveness for every continuation, and ``plain_text_budget`` B
-means plain text w stays alive iff it has at most B characters.
+Two mixins check the claims a BytePotential may make to speed up lifting; a test class adds
+them when its potential makes the claim, and its contexts must exercise it:
+``MaskKeyContract`` (equal ``mask_key`` means equal liveness for every continuation; some key
+must be shared by two contexts) and ``PlainTextBudgetContract`` (a ``plain_text_budget`` B
+means plain text w stays alive iff it has at most B characters; some context must have one).
 """
 
 from __future__ import annotations
@@ -114,41 +116,40 @@ OTHER_PROBES = [bytes((b,)) for b in range(256)] + [b'",', b'"}', b'"]', b"\\n",
                                                      "é".encode()[:1], b'a"', b"\n\t"]
 
 
-class BytePotentialContract(PotentialContract):
-    """The contract plus the optional claims of a BytePotential (see the module docstring)."""
+def _live_states(pot: BytePotential, contexts: Sequence[bytes]) -> list[tuple[bytes, Any]]:
+    return [(ctx, state) for ctx in contexts if (state := pot.state_of(ctx)) is not None]
 
-    def potential(self) -> BytePotential:
-        raise NotImplementedError
 
-    def _states(self, pot: BytePotential) -> list[tuple[Any, Any]]:
-        out = []
-        for ctx in self.contexts():
-            state = pot.state_of(ctx)
-            if state is not None:
-                out.append((ctx, state))
-        return out
+class PlainTextBudgetContract(PotentialContract):
+    """The contract plus ``plain_text_budget``'s claim (see the module docstring)."""
 
     async def test_plain_text_budget_holds(self):
         pot = self.potential()
         assert all(is_plain_text(w) for w in PLAIN_PROBES)
-        for ctx, state in self._states(pot):
-            budget = pot.plain_text_budget(state)
-            if budget is None:
-                continue
+        claims = [(ctx, state, pot.plain_text_budget(state))
+                  for ctx, state in _live_states(pot, self.contexts())]
+        claims = [c for c in claims if c[2] is not None]
+        assert claims, "no context has a plain_text_budget: add one inside free text"
+        for ctx, state, budget in claims:
             assert budget >= 0, (ctx, budget)
             for w in PLAIN_PROBES:
                 alive = pot.advance(state, w) is not None
                 assert alive == (len(w.decode()) <= budget), (ctx, w, budget)
 
+
+class MaskKeyContract(PotentialContract):
+    """The contract plus ``mask_key``'s claim (see the module docstring)."""
+
     async def test_equal_mask_keys_have_equal_liveness(self):
         pot = self.potential()
         by_key: dict[Any, list[tuple[Any, tuple[bool, ...]]]] = {}
-        for ctx, state in self._states(pot):
+        for ctx, state in _live_states(pot, self.contexts()):
             key = pot.mask_key(state)
-            if key is None:
-                continue
-            alive = tuple(pot.advance(state, w) is not None for w in OTHER_PROBES + PLAIN_PROBES)
-            by_key.setdefault(key, []).append((ctx, alive))
-        for group in by_key.values():
+            if key is not None:
+                alive = tuple(pot.advance(state, w) is not None for w in OTHER_PROBES + PLAIN_PROBES)
+                by_key.setdefault(key, []).append((ctx, alive))
+        shared = [group for group in by_key.values() if len(group) > 1]
+        assert shared, "no two contexts share a mask_key: add contexts that reach one state"
+        for group in shared:
             for ctx, alive in group[1:]:
                 assert alive == group[0][1], (group[0][0], ctx)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from potentials import Grammar
 from potentials.base import NEG_INF
-from tests.potential_contract import BytePotentialContract
+from tests.potential_contract import PotentialContract
 
 ARITH = r"""
 ?start: sum
@@ -139,7 +139,7 @@ def run(coro):
 # ------------------------------------------------------------------------------ contract
 
 
-class GrammarContract(BytePotentialContract):
+class GrammarContract(PotentialContract):
     name = ""
     samples: tuple = ()
 

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from potentials.base import NEG_INF
 from potentials.json_schema import JSONSchema
-from tests.potential_contract import BytePotentialContract
+from tests.potential_contract import MaskKeyContract, PlainTextBudgetContract, PotentialContract
 
 OBJ = {
     "type": "object",
@@ -47,7 +47,7 @@ async def complete(pot, text: str) -> float:
     return await pot.complete(text.encode("utf-8"))
 
 
-class Contract(BytePotentialContract):
+class Contract(PotentialContract):
     schema: dict = {}
     texts: list[str] = []
 
@@ -62,17 +62,17 @@ class Contract(BytePotentialContract):
         return sorted(out)
 
 
-class TestObjectContract(Contract):
+class TestObjectContract(Contract, MaskKeyContract, PlainTextBudgetContract):
     schema = OBJ
     texts = ['{"a":12,"b":"xy"}', '{"b":"x","a":-1}', '{"c":1}', '{"a":"x"}']
 
 
-class TestTupleContract(Contract):
+class TestTupleContract(Contract, MaskKeyContract):
     schema = TUPLE
     texts = ["[true,null]", "[false,null,1]", "[null]"]
 
 
-class TestEnumContract(Contract):
+class TestEnumContract(Contract, MaskKeyContract):
     schema = ENUM
     texts = ['"green"', '"gray"', "7", "[1,\"x\"]", '{"k":true}', "null"]
 
@@ -82,12 +82,12 @@ class TestRecursiveRefContract(Contract):
     texts = ['{"v":1,"kids":[{"v":2,"kids":[]}]}', '{"kids":[{"w":1}]}']
 
 
-class TestPatternContract(Contract):
+class TestPatternContract(Contract, MaskKeyContract):
     schema = PATTERN
     texts = ['"abca"', '"a"', '"abd"', '"\\u0061b"']
 
 
-class TestUnionContract(Contract):
+class TestUnionContract(Contract, MaskKeyContract, PlainTextBudgetContract):
     schema = UNION
     texts = ['"ab"', '"abc"', "12", "1.5", "null", "true"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from potential_contract import BytePotentialContract
+from potential_contract import PotentialContract
 
 from potentials.base import NEG_INF
 from potentials.predicate import Predicate
@@ -28,7 +28,7 @@ CONTEXTS = [b"", b"a", b"ab", b"ax", b"x", b"\xc3", b"a\xc3", b"\xc3\xa9", b"\xc
             b"a\xe2\x82", b"\x00\x01"]
 
 
-class TestPredicateContract(BytePotentialContract):
+class TestPredicateContract(PotentialContract):
     def potential(self):
         return Predicate(complete=even_len, prefix=no_x)
 
@@ -36,7 +36,7 @@ class TestPredicateContract(BytePotentialContract):
         return CONTEXTS
 
 
-class TestAsyncPredicateContract(BytePotentialContract):
+class TestAsyncPredicateContract(PotentialContract):
     def potential(self):
         return Predicate(complete=even_len, prefix=async_no_x)
 
@@ -44,7 +44,7 @@ class TestAsyncPredicateContract(BytePotentialContract):
         return CONTEXTS
 
 
-class TestCompleteOnlyContract(BytePotentialContract):
+class TestCompleteOnlyContract(PotentialContract):
     def potential(self):
         return Predicate(complete=lambda t: t.isupper())
 

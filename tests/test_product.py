@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from potential_contract import BytePotentialContract, PotentialContract
+from potential_contract import MaskKeyContract, PlainTextBudgetContract, PotentialContract
 from test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_lm
 
 from potentials.base import NEG_INF, BytePotential
@@ -21,7 +21,7 @@ def pair() -> tuple[BytePotential, BytePotential]:
                                            prefix=lambda t: "ba" not in t[2:])
 
 
-class TestByteProductContract(BytePotentialContract):
+class TestByteProductContract(PotentialContract):
     def potential(self):
         a, b = pair()
         return a * b
@@ -30,7 +30,7 @@ class TestByteProductContract(BytePotentialContract):
         return CONTEXTS
 
 
-class TestWeightedByteProductContract(BytePotentialContract):
+class TestWeightedByteProductContract(PotentialContract):
     def potential(self):
         return Regex(r"[ab]*c?|é") * Weighted()
 
@@ -38,7 +38,7 @@ class TestWeightedByteProductContract(BytePotentialContract):
         return CONTEXTS
 
 
-class TestJSONStringProductContract(BytePotentialContract):
+class TestJSONStringProductContract(MaskKeyContract, PlainTextBudgetContract):
     """Both factors give plain-text budgets and mask keys; the product combines them."""
 
     def potential(self):

@@ -7,23 +7,23 @@ import re
 
 import pytest
 import regex
-from potential_contract import BytePotentialContract
+from potential_contract import MaskKeyContract, PotentialContract
 
 from potentials.base import NEG_INF
 from potentials.fsm import InvalidRegex
 from potentials.regex import Regex
 
 
-class TestRegexContract(BytePotentialContract):
+class TestRegexContract(MaskKeyContract):
     def potential(self):
         return Regex(r"[0-9]{2}(-é)?|ab\b")
 
     def contexts(self):
         return [b"", b"1", b"12", b"12-", b"12-\xc3", b"12-\xc3\xa9", b"123", b"a", b"ab",
-                b"\xff", b"\xc3", b"\x00"]
+                b"\xff", b"\xc3", b"\x00", b"7", b"34"]
 
 
-class TestRegexFallbackContract(BytePotentialContract):
+class TestRegexFallbackContract(PotentialContract):
     def potential(self):
         return Regex(r"(a+)b\1|x(?!y)")
 
