@@ -141,6 +141,7 @@ class Lifted(Potential):
         # context tuple (move_to_end would hash it again)
         self._states: dict[tuple[int, ...], Any] = {}
         self._trie: VocabTrie | None = None
+        self._plain: tuple[np.ndarray, np.ndarray, VocabTrie] | None = None
         # a Boolean potential's next-token mask depends on its state's mask_key only (a regex's
         # DFA state, a JSON recognizer's configurations): one mask per key, shared by particles
         self._masks: OrderedDict[Any, np.ndarray] = OrderedDict()
@@ -265,7 +266,9 @@ class Lifted(Potential):
         budget = self.potential.plain_text_budget(state)
         if budget is None:
             return np.isfinite(await self._walk(state, 0.0, self._full_trie()))
-        plain, chars, others = plain_tokens(self.lm, set(self._eos | self._blocked))
+        if self._plain is None:
+            self._plain = plain_tokens(self.lm, set(self._eos | self._blocked))
+        plain, chars, others = self._plain
         mask = np.isfinite(await self._walk(state, 0.0, others))
         mask |= plain & (chars <= budget)
         return mask

@@ -11,17 +11,14 @@ so this is what plain constrained decoding does; it is *not* properly weighted.
 
 from __future__ import annotations
 
-from samplers.base import Draw, TokenSampler, normalized
 from potentials.base import NEG_INF
+from samplers.base import Draw
+from samplers.direct import DirectSampler
 
 
-class MaskingSampler(TokenSampler):
+class MaskingSampler(DirectSampler):
     """Draw from t / T; weight 0 (not properly weighted; see module docstring)."""
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
-        logp = await self.lm_logprobs(ctx)
-        logt = logp if self.potential is None else logp + await self.potential_logw(ctx)
-        probs, total = normalized(logt)
-        if total == NEG_INF:
-            return self.dead_token(logp), NEG_INF
-        return int(draw(probs)), 0.0
+        token, log_mass = await super()._sample(ctx, draw)
+        return token, NEG_INF if log_mass == NEG_INF else 0.0

@@ -30,7 +30,8 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from smc.backends.base import AsyncLM
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
-from smc.backends.vocab import build_vocab, chat_ids
+from smc.backends.prompts import TokenizerPrompts
+from smc.backends.vocab import build_vocab
 
 
 @dataclass
@@ -76,7 +77,7 @@ def _as_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dt
     return value
 
 
-class HFLM(AsyncLM):
+class HFLM(TokenizerPrompts, AsyncLM):
     """A transformers causal LM with auto-batching and a prefix-trie cache.
 
     Args:
@@ -108,7 +109,6 @@ class HFLM(AsyncLM):
         self.eos_token_ids = self._find_eos(len(vocab))
         self.special_token_ids = frozenset(special - set(self.eos_token_ids))
         self.max_context = self._find_max_context()
-        self.is_chat = bool(getattr(tokenizer, "chat_template", None))
         self.stats: dict[str, int] = dict.fromkeys(
             ["requests", "cache_hits", "forward_passes", "batch_rows",
              "positions_computed", "positions_reused", "recomputed_positions"], 0
@@ -199,17 +199,6 @@ class HFLM(AsyncLM):
             return None
         _, heads, _, dim = shapes.pop()
         return (len(layers), 2, heads, dim)
-
-    # ------------------------------------------------------------------ text
-    def encode(self, text: str) -> list[int]:
-        """Token ids of plain ``text`` (no chat template); BOS only if the tokenizer adds one."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return list(self.tokenizer(text)["input_ids"])
-
-    def encode_chat(self, text: str, system: str | None = None) -> list[int]:
-        """Token ids of ``text`` as a user turn in the chat template, ready for the reply."""
-        return chat_ids(self.tokenizer, text, system)
 
     # ------------------------------------------------------------------ scoring
     async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:

@@ -31,7 +31,8 @@ from typing import Any
 import torch
 
 from smc.backends.base import AsyncLM
-from smc.backends.vocab import build_vocab, chat_ids
+from smc.backends.prompts import TokenizerPrompts
+from smc.backends.vocab import build_vocab
 
 #: KV-cache size on CPU when the caller sets none (vLLM's own default takes 92% of RAM).
 CPU_KV_CACHE_BYTES = 2 << 30
@@ -80,7 +81,7 @@ def _eos_ids(model: str, tokenizer: Any, n: int) -> list[int]:
     return found
 
 
-class VLLMBackend(AsyncLM):
+class VLLMBackend(TokenizerPrompts, AsyncLM):
     """An LM served by a vLLM ``AsyncLLM`` engine: p(. | ids) for any token context.
 
     Build it with :meth:`from_pretrained` (or ``smc.load_lm(name, backend="vllm")``). The
@@ -107,7 +108,6 @@ class VLLMBackend(AsyncLM):
         self.special_token_ids = frozenset(special - set(self.eos_token_ids))
         # Each request generates one token, which needs one free position.
         self.max_context = model_config.max_model_len - 1
-        self.is_chat = bool(getattr(tokenizer, "chat_template", None))
         self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0}
         # Greedy: the sampled token is discarded, and raw logprobs do not depend on it.
         self._params = SamplingParams(
@@ -207,18 +207,6 @@ class VLLMBackend(AsyncLM):
         return cls(
             AsyncLLM.from_vllm_config(vllm_config, disable_log_stats=True), vllm_config, tokenizer
         )
-
-    # -- prompts -----------------------------------------------------------------------------
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of plain ``text`` (no chat template); BOS only if the tokenizer adds one."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return list(self.tokenizer(text)["input_ids"])
-
-    def encode_chat(self, text: str, system: str | None = None) -> list[int]:
-        """Token ids of ``text`` as a user turn in the chat template, ready for the reply."""
-        return chat_ids(self.tokenizer, text, system)
 
     # -- log-probs ---------------------------------------------------------------------------
 

@@ -135,16 +135,3 @@ def build_vocab(tokenizer: Any, size: int | None = None) -> tuple[list[bytes], s
             special.add(int(i))
     return vocab, special
 
-
-def chat_ids(tokenizer: Any, text: str, system: str | None = None) -> list[int]:
-    """Token ids of ``text`` as a user turn in ``tokenizer``'s chat template, ready for the reply
-    (after an optional system turn)."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("this tokenizer has no chat template; use encode(text)")
-    messages = [{"role": "user", "content": text}]
-    if system is not None:
-        messages.insert(0, {"role": "system", "content": system})
-    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
