@@ -34,6 +34,16 @@ import _sre
 MAXCP = 0x10FFFF
 SUR_LO, SUR_HI = 0xD800, 0xDFFF
 UNCOMPUTED, DEAD = -2, -1
+#: largest NFA built; bigger patterns raise RegexTooLarge (the Regex potential then falls back to
+#: the `regex` package, which counts repeats instead of unrolling them)
+MAX_NFA_STATES = 100_000
+#: largest character-level DFA explored when building the automaton (patterns with anchors
+#: explore all reachable states up front to settle liveness); bigger ones raise RegexTooLarge
+MAX_DFA_STATES = 20_000
+
+#: the flags ``Regex``/``compile_regex`` take: Python re's, less LOCALE (bytes patterns only),
+#: TEMPLATE and DEBUG
+RE_FLAGS = int(re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.ASCII | re.UNICODE)
 
 Intervals = tuple[tuple[int, int], ...]
 
@@ -42,12 +52,15 @@ class UnsupportedRegex(ValueError):
     """A valid pattern that uses a feature this automaton cannot express (lookarounds, ...)."""
 
 
+class RegexTooLarge(UnsupportedRegex):
+    """A pattern whose automaton would exceed ``MAX_NFA_STATES`` (e.g. ``a{10000000}``)."""
+
+
 class InvalidRegex(ValueError):
     """A pattern Python's ``re`` rejects; ``msg`` and ``pos`` are re's own."""
 
     def __init__(self, pattern: str, msg: str, pos: int | None):
-        where = f" at position {pos}" if pos is not None else ""
-        super().__init__(f"invalid regex {pattern!r}: {msg}{where}")
+        super().__init__(f"invalid regex {pattern!r}: {msg}{_at(pos)}")
         self.msg, self.pos = msg, pos
 
 
@@ -182,7 +195,8 @@ _UNSUPPORTED = {
 
 
 class _NFA:
-    def __init__(self) -> None:
+    def __init__(self, pattern: str = "") -> None:
+        self.pattern = pattern
         self.eps: list[list[tuple[int | None, int]]] = []
         self.chars: list[list[tuple[int, int]]] = []
         self.sets: list[Intervals] = []
@@ -190,6 +204,9 @@ class _NFA:
         self.has_assertions = False
 
     def new(self) -> int:
+        if len(self.eps) >= MAX_NFA_STATES:
+            raise RegexTooLarge(f"regex {self.pattern!r} needs more than {MAX_NFA_STATES} "
+                                "automaton states (a large repeat count?)")
         self.eps.append([])
         self.chars.append([])
         return len(self.eps) - 1
@@ -352,6 +369,10 @@ class ByteDFA:
         self._coreach = None if self._has_at else self._coreachable()
         init = self._cid(frozenset({(start, 0)}), None if self._has_at else ())
         self.start: int = self._bid(init, ())
+        if self._has_at:
+            # explores every reachable state now, so that a blow-up is found while compiling
+            # (RegexTooLarge) and never in the middle of generation
+            self._live(init)
 
     # -- classes of code points that every set treats alike
     def _classify(self, sets: list[Intervals], n_nfa_sets: int) -> None:
@@ -403,6 +424,9 @@ class ByteDFA:
         key = (kernel, prev)
         sid = self._cids.get(key)
         if sid is None:
+            if len(self._cstates) >= MAX_DFA_STATES:
+                raise RegexTooLarge(f"regex {self._nfa.pattern!r} needs more than "
+                                    f"{MAX_DFA_STATES} automaton states")
             sid = self._cids[key] = len(self._cstates)
             self._cstates.append(key)
         return sid
@@ -607,6 +631,119 @@ class ByteDFA:
         return len(self._bstates)
 
 
+def check_flags(flags: int) -> int:
+    """``flags`` as an int, if it is a combination of ``RE_FLAGS`` (re's values); else an error.
+
+    The ``regex`` package's own flag values differ (its VERSION1 is re's ASCII), so its
+    VERSION1 and other extras are asked for inside the pattern: ``(?V1)``.
+    """
+    if isinstance(flags, bool) or not isinstance(flags, int):
+        raise TypeError(f"regex flags must be an int of re flags (e.g. re.IGNORECASE), "
+                        f"got {type(flags).__name__} {flags!r}")
+    flags = int(flags)
+    if flags & re.LOCALE:
+        raise ValueError("regex flag re.LOCALE is for bytes patterns; patterns here are str")
+    bad = flags & ~RE_FLAGS
+    if bad or flags < 0:
+        raise ValueError(f"unknown regex flags {bad if flags >= 0 else flags:#x} in {flags:#x}: "
+                         "use re.IGNORECASE, MULTILINE, DOTALL, VERBOSE, ASCII or UNICODE")
+    return flags
+
+
+def _to_regex_package_flags(flags: int) -> int:
+    """re's flag values as the ``regex`` package numbers them (only ASCII differs)."""
+    import regex
+
+    out = flags & ~re.ASCII
+    return out | regex.ASCII if flags & re.ASCII else out
+
+
+#: largest pattern handed to the `regex` package, in repeat-unrolled atoms (``unrolled_size``):
+#: its compiler unrolls counted repeats, about 0.3 s and 100 MB per million
+MAX_UNROLLED = 1_000_000
+
+_REPEAT = re.compile(r"\{(\d*)(?:,(\d*))?\}")
+
+
+def unrolled_size(pattern: str) -> int:
+    """An upper bound on the atoms of ``pattern`` once counted repeats are unrolled.
+
+    size(atom) = 1, size(group) = size of its body, size(x{m,n}) = size(x) * max(m, n, 1),
+    summed over sequences and alternatives; escapes and sets count as one atom each.
+    """
+    stack: list[list[int]] = [[]]  # per open group: sizes of its items so far
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            j = i + 2
+            if j <= n and pattern[i + 1] in "pPNxuUg" and j < n and pattern[j] in "{<":
+                close = pattern.find("}" if pattern[j] == "{" else ">", j)
+                j = n if close < 0 else close + 1
+            stack[-1].append(1)
+            i = j
+        elif ch == "[":
+            depth, j = 1, i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and depth:
+                if pattern[j] == "\\":
+                    j += 1
+                elif pattern[j] == "[":
+                    depth += 1
+                elif pattern[j] == "]":
+                    depth -= 1
+                j += 1
+            stack[-1].append(1)
+            i = j
+        elif ch == "(":
+            stack.append([])
+            i += 1
+        elif ch == ")" and len(stack) > 1:
+            body = stack.pop()
+            stack[-1].append(sum(body))
+            i += 1
+        elif ch == "{" and (m := _REPEAT.match(pattern, i)) and stack[-1]:
+            counts = [int(g) for g in m.groups() if g]
+            stack[-1][-1] *= max(counts + [1])
+            i = m.end()
+        else:
+            stack[-1].append(1)
+            i += 1
+    while len(stack) > 1:
+        body = stack.pop()
+        stack[-1].append(sum(body))
+    return sum(stack[0])
+
+
+def regex_package_compile(pattern: str, flags: int = 0):
+    """``regex.compile`` of a pattern given with re's ``flags``; InvalidRegex if it rejects it.
+
+    A pattern neither package accepts gets the ``regex`` package's message and position (re's
+    when regex's has none). An inline ``(?L)`` is refused as re refuses it for str patterns.
+    """
+    import regex
+
+    flags = check_flags(flags)
+    size = unrolled_size(pattern)
+    if size > MAX_UNROLLED:
+        raise RegexTooLarge(f"regex {pattern!r} is too large: about {size} characters once its "
+                            f"repeats are unrolled (the limit is {MAX_UNROLLED})")
+    try:
+        rx = regex.compile(pattern, _to_regex_package_flags(flags))
+    except regex.error as err:
+        raise InvalidRegex(pattern, err.msg, err.pos) from None
+    except (ValueError, OverflowError, TypeError) as err:
+        raise InvalidRegex(pattern, str(err), None) from None
+    if rx.flags & regex.LOCALE:
+        where = pattern.find("L")
+        raise InvalidRegex(pattern, "cannot use the LOCALE flag (?L) with a str pattern",
+                           where if where >= 0 else None)
+    return rx
+
+
 def parse_flags(pattern: str, flags: int) -> tuple[object, int]:
     """``re``'s parse tree of ``pattern`` and its global flags; InvalidRegex on bad syntax."""
     if not isinstance(pattern, str):
@@ -627,26 +764,25 @@ def compile_regex(pattern: str, flags: int = 0) -> ByteDFA:
     UnsupportedRegex (a ValueError) for lookarounds, backreferences, conditionals, atomic groups
     and possessive repeats, and for syntax only the ``regex`` package knows (e.g. ``\\p{L}``).
     """
-    flags = int(flags)
+    flags = check_flags(flags)
     try:
         tree, gflags = parse_flags(pattern, flags)
     except InvalidRegex as err:
-        if not _regex_package_accepts(pattern, flags):
+        try:
+            regex_package_compile(pattern, flags)
+        except InvalidRegex as other:
+            if other.msg != err.msg:
+                raise InvalidRegex(pattern, f"{err.msg}{_at(err.pos)} (re); {other.msg}"
+                                   f"{_at(other.pos)} (regex package)", None) from None
             raise err from None
         raise UnsupportedRegex(
             f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks"
         ) from None
-    nfa = _NFA()
+    nfa = _NFA(pattern)
     start = nfa.new()
     final = nfa.build(tree.data, start, gflags, pattern)
     return ByteDFA(nfa, start, final)
 
 
-def _regex_package_accepts(pattern: str, flags: int) -> bool:
-    import regex
-
-    try:
-        regex.compile(pattern, flags)
-    except Exception:
-        return False
-    return True
+def _at(pos: int | None) -> str:
+    return f" at position {pos}" if pos is not None else ""
