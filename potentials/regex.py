@@ -28,11 +28,12 @@ out of it rejects the text (an unverified text is never returned); both are coun
 from __future__ import annotations
 
 import time
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterable
 
 import regex as regex_pkg
 
 from potentials.base import NEG_INF, BytePotential
+from potentials.regex_chars import representatives
 from potentials.fsm import (
     InvalidRegex,
     UnsupportedRegex,
@@ -151,19 +152,33 @@ class Regex(BytePotential):
         return got
 
     def _tail_viable(self, done: str, tail: bytes, deadline: float) -> bool:
-        # Every character the tail can start is tried (at most 2**18 of them); out of time the
+        # One representative per class of characters the pattern cannot tell apart, plus the
+        # characters of ``done`` up to case (backreferences compare with them); see
+        # potentials.regex_chars. Without classes every character is tried. Out of time the
         # prefix is kept, never dropped.
         lo, hi = _utf8_range(tuple(tail))
+        reps = representatives(self.pattern, lo, hi)
+        # the classes are computed once per pattern (bounded: linear in its atoms); the budget
+        # is for the regex calls
+        deadline = max(deadline, time.monotonic() + self.timeout)
+        if reps is None:
+            cands: Iterable[int] = range(lo, hi + 1)
+        else:
+            seen = set(reps)
+            for ch in set(done):
+                for v in (ch, ch.lower(), ch.upper(), ch.casefold(), ch.title()):
+                    if len(v) == 1 and lo <= ord(v) <= hi:
+                        seen.add(ord(v))
+            cands = sorted(seen)
         rx = self._rx
-        for start in range(lo, hi + 1, 1024):
-            if time.monotonic() > deadline:
+        for k, cp in enumerate(cands):
+            left = deadline - time.monotonic() if k % 256 == 0 else left
+            if left <= 0:
                 self.budget_exceeded += 1
                 return True
-            left = max(deadline - time.monotonic(), 1e-3)
             try:
-                for cp in range(start, min(start + 1024, hi + 1)):
-                    if rx.fullmatch(done + chr(cp), partial=True, timeout=left) is not None:
-                        return True
+                if rx.fullmatch(done + chr(cp), partial=True, timeout=max(left, 1e-3)) is not None:
+                    return True
             except TimeoutError:
                 self.budget_exceeded += 1
                 return True
