@@ -15,7 +15,7 @@ weighted accuracy (mean score), median and max seconds per pattern, and the fail
 prompt and three few-shot pairs as plain text (chat=False, as the issue's measurement did).
 
     python benchmarks/bench_patterns.py [--corpus ../shared/corpora/patterns.csv] [--limit K]
-        [--particles 5] [--max-tokens 32] [--timeout 60] [--seed 0] [--jsonl out.jsonl]
+        [--stride S] [--particles 5] [--max-tokens 32] [--timeout 60] [--seed 0] [--jsonl out.jsonl]
 """
 
 from __future__ import annotations
@@ -122,6 +122,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--stride", type=int, default=1, help="every STRIDE-th pattern only")
     ap.add_argument("--particles", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=60.0)
@@ -132,7 +133,7 @@ async def main() -> None:
 
     import smc
 
-    patterns = load_patterns(args.corpus)[: args.limit]
+    patterns = load_patterns(args.corpus)[:: args.stride][: args.limit]
     t_load = time.perf_counter()
     lm = smc.load_lm()
     print(f"corpus {args.corpus} ({len(patterns)} patterns); model loaded in "
