@@ -195,8 +195,10 @@ _UNSUPPORTED = {
 
 
 class _NFA:
-    def __init__(self, pattern: str = "") -> None:
+    def __init__(self, pattern: str = "", placeholders: dict[int, Intervals] | None = None):
         self.pattern = pattern
+        # private-use code points standing for character sets (potentials.regex_syntax)
+        self.placeholders = placeholders or {}
         self.eps: list[list[tuple[int | None, int]]] = []
         self.chars: list[list[tuple[int, int]]] = []
         self.sets: list[Intervals] = []
@@ -234,6 +236,17 @@ class _NFA:
         if op in _UNSUPPORTED:
             raise UnsupportedRegex(f"regex {pattern!r} uses a {_UNSUPPORTED[op]}, which a finite "
                                    "automaton cannot express")
+        if self.placeholders and op in (C.LITERAL, C.IN):
+            items = [(op, av)] if op is C.LITERAL else list(av)
+            held = [self.placeholders[a] for o, a in items if o is C.LITERAL
+                    and a in self.placeholders]
+            if held:
+                # re's parser merges one-character branches into a set: (LITERAL u_T | ...)
+                rest = [(o, a) for o, a in items if not (o is C.LITERAL and a in self.placeholders)]
+                if rest and rest[0][0] is C.NEGATE:
+                    raise AssertionError("a negated set holding a placeholder")
+                ivs = _charset(tuple(rest), flags) if rest else ()
+                return self.char(cur, _normalize([*ivs, *(iv for s in held for iv in s)]))
         if op is C.LITERAL:
             return self.char(cur, _charset(((C.LITERAL, av),), flags))
         if op is C.NOT_LITERAL:
@@ -775,10 +788,29 @@ def compile_regex(pattern: str, flags: int = 0) -> ByteDFA:
                 raise InvalidRegex(pattern, f"{err.msg}{_at(err.pos)} (re); {other.msg}"
                                    f"{_at(other.pos)} (regex package)", None) from None
             raise err from None
-        raise UnsupportedRegex(
-            f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks"
-        ) from None
-    nfa = _NFA(pattern)
+        return _compile_regex_package_syntax(pattern, flags)
+    return _build(pattern, tree, gflags, {})
+
+
+def _compile_regex_package_syntax(pattern: str, flags: int) -> ByteDFA:
+    """The automaton of a pattern only the ``regex`` package accepts, with regex's meaning."""
+    from potentials.regex_syntax import translate
+
+    unsupported = UnsupportedRegex(
+        f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks")
+    got = translate(pattern, flags)
+    if got is None:
+        raise unsupported
+    rewritten, sets = got
+    try:
+        tree, gflags = parse_flags(rewritten, flags)
+    except InvalidRegex:
+        raise unsupported from None
+    return _build(pattern, tree, gflags, sets)
+
+
+def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals]) -> ByteDFA:
+    nfa = _NFA(pattern, placeholders)
     start = nfa.new()
     final = nfa.build(tree.data, start, gflags, pattern)
     return ByteDFA(nfa, start, final)

@@ -201,3 +201,40 @@ def test_random_patterns_agree_with_re(pattern, flags):
     for n in range(5):
         for chars in itertools.product("ab\né", repeat=n):
             check_string(dfa, rx, "".join(chars))
+
+
+# ---------------------------------------------------------------- regex-package syntax (issue 10)
+
+REGEX_PACKAGE_CASES = [
+    r"\p{L}+", r"\P{Greek}\p{N}?", r"[\p{L}&&[^\p{Lu}]]", r"(?V1)[\p{L}&&[^\p{Lu}]]+",
+    r"(?V1)[\w--[\d_]]{2}", r"[\w--\d]", r"(?V1)[\p{L}--[\p{Lu}--\p{ASCII}]]",
+    r"(?<year>\d{4})-(?<m>\d{2})", r"\p{Emoji}|[\p{Sc}x]", r"(?V1)[\p{Ll}||\d]\s",
+    r"^\p{Lu}(?:[\p{Ll}\-]+)$", r"[^\P{Lu}]", r"\w\s\d",
+]
+_ALPHABET = list("]&[^-aAzZ09_:. \n\x1cɐßΣσéÉ٣ⅫАяあ©€\u0300\u00a0\u2028") + ["\U0001F600", "ǅ"]
+
+
+@pytest.mark.parametrize("pattern", REGEX_PACKAGE_CASES)
+def test_regex_package_syntax_on_the_automaton_agrees_with_regex(pattern):
+    import random
+    import warnings
+
+    import regex
+
+    dfa = compile_regex(pattern)  # no UnsupportedRegex: these are regular
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        rx = regex.compile(pattern)
+    rng = random.Random(0)
+    texts = [a + b for a in _ALPHABET for b in _ALPHABET] + _ALPHABET + [""]
+    texts += ["".join(rng.choice(_ALPHABET) for _ in range(rng.randint(3, 8))) for _ in range(800)]
+    texts += ["2024-01", "ab1", "Ab-c", "a]", "a\n"]
+    for text in texts:
+        assert dfa.fullmatch(text.encode()) == (rx.fullmatch(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"(?i)\p{Lu}", r"\b\p{L}+\b", r"(?x)\p{L} +", r"\p{L}\K\d",
+                                     r"(?<n>a)\g<n>", r"(?|(a)|(b))"])
+def test_regex_package_syntax_with_other_meanings_stays_on_the_fallback(pattern):
+    with pytest.raises(UnsupportedRegex, match="`regex` package"):
+        compile_regex(pattern)
