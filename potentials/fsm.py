@@ -188,7 +188,7 @@ def _charset(items: tuple, flags: int) -> Intervals:
 # zero-width assertions on epsilon edges
 BEGIN, BOL, END_Z, EOL, DOLLAR, BOUND, NONBOUND, BOUND_A, NONBOUND_A = range(9)
 _UNSUPPORTED = {
-    C.ASSERT: "lookaround", C.ASSERT_NOT: "negative lookaround",
+    C.ASSERT: "lookahead", C.ASSERT_NOT: "negative lookahead",
     C.GROUPREF: "backreference", C.GROUPREF_EXISTS: "conditional group",
     C.ATOMIC_GROUP: "atomic group", C.POSSESSIVE_REPEAT: "possessive repeat",
 }
@@ -204,6 +204,8 @@ class _NFA:
         self.sets: list[Intervals] = []
         self._set_ids: dict[Intervals, int] = {}
         self.has_assertions = False
+        # lookbehinds (?<=B) / (?<!B): (ByteDFA of (?s:.*)B, positive?) -- guards on epsilon edges
+        self.lookbehinds: list[tuple["ByteDFA", bool]] = []
 
     def new(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -233,6 +235,8 @@ class _NFA:
         return cur
 
     def item(self, op, av, cur: int, flags: int, pattern: str) -> int:
+        if op in (C.ASSERT, C.ASSERT_NOT) and av[0] == -1:
+            return self.lookbehind(av[1], op is C.ASSERT, cur, flags, pattern)
         if op in _UNSUPPORTED:
             raise UnsupportedRegex(f"regex {pattern!r} uses a {_UNSUPPORTED[op]}, which a finite "
                                    "automaton cannot express")
@@ -297,6 +301,44 @@ class _NFA:
             self.eps[cur].append((kind, dst))
             return dst
         raise UnsupportedRegex(f"regex {pattern!r} uses {op}, which is not supported")
+
+
+    def lookbehind(self, body, positive: bool, cur: int, flags: int, pattern: str) -> int:
+        """A guard that holds where the text so far is in L((?s:.*)B) (or is not, for (?<!B)).
+
+        B is read as a full match ending here, so anchors inside B that look at the next
+        character ($, \\Z, \\b, \\B) would see the end of the prefix instead: those stay
+        unsupported, as do lookarounds and backreferences inside B.
+        """
+        if not _lookbehind_body_ok(body):
+            raise UnsupportedRegex(f"regex {pattern!r} uses a lookbehind whose body has "
+                                   "lookarounds, backreferences or end anchors")
+        sub = _NFA(pattern, self.placeholders)
+        loop = sub.new()
+        sub.chars[loop].append((sub.set_id(((0, MAXCP),)), loop))
+        final = sub.build(body, loop, flags, pattern)
+        self.lookbehinds.append((ByteDFA(sub, loop, final), positive))
+        self.has_assertions = True
+        dst = self.new()
+        self.eps[cur].append((("LB", len(self.lookbehinds) - 1, positive), dst))
+        return dst
+
+
+def _lookbehind_body_ok(seq) -> bool:
+    for op, av in seq:
+        if op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS):
+            return False
+        if op is C.AT and av not in (C.AT_BEGINNING, C.AT_BEGINNING_STRING):
+            return False
+        if op is C.SUBPATTERN and not _lookbehind_body_ok(av[3]):
+            return False
+        if op is C.BRANCH and not all(_lookbehind_body_ok(alt) for alt in av[1]):
+            return False
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and not _lookbehind_body_ok(av[2]):
+            return False
+        if op is C.ATOMIC_GROUP and not _lookbehind_body_ok(av):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------- the automaton
@@ -367,6 +409,10 @@ class ByteDFA:
         if self._has_at:
             # anchors need to know newlines and word characters
             sets += [((10, 10),), _category("\\w", False), _category("\\w", True)]
+        self._lbs = nfa.lookbehinds
+        for lb, _ in self._lbs:
+            # classes refine every lookbehind automaton's classes, so one step drives both
+            sets += list(lb._nfa.sets)
         self._classify(sets, len(nfa.sets))
         # character-level DFA: states are (kernel, kind of previous char or None at start)
         self._cstates: list[tuple[frozenset, Kind | None]] = []
@@ -380,7 +426,8 @@ class ByteDFA:
         self._trans: list[list[int]] = []
         self._accept: list[bool | None] = []
         self._coreach = None if self._has_at else self._coreachable()
-        init = self._cid(frozenset({(start, 0)}), None if self._has_at else ())
+        lbs = tuple(lb._bstates[lb.start][0] for lb, _ in self._lbs)
+        init = self._cid(frozenset({(start, 0)}), None if self._has_at else (), lbs)
         self.start: int = self._bid(init, ())
         if self._has_at:
             # explores every reachable state now, so that a blow-up is found while compiling
@@ -420,6 +467,10 @@ class ByteDFA:
                 self._class_kind[k] = (bool(mask >> nl & 1), bool(mask >> wu & 1),
                                        bool(mask >> wa & 1))
         self._n_classes = len(ids)
+        self._class_rep = [0] * len(ids)
+        for start, k in zip(reversed(bounds), reversed(iv_class)):
+            if k >= 0:
+                self._class_rep[k] = start
         self._ascii_class = [self._class_of(b) for b in range(128)]
 
     def _class_of(self, cp: int) -> int:
@@ -431,10 +482,10 @@ class ByteDFA:
         return {k for k in self._iv_class[i:j + 1] if k >= 0}
 
     # -- character-level DFA
-    def _cid(self, kernel: frozenset, prev: Kind | None) -> int:
+    def _cid(self, kernel: frozenset, prev: Kind | None, lbs: tuple = ()) -> int:
         if not kernel:
             return DEAD
-        key = (kernel, prev)
+        key = (kernel, prev, lbs)
         sid = self._cids.get(key)
         if sid is None:
             if len(self._cstates) >= MAX_DFA_STATES:
@@ -454,7 +505,7 @@ class ByteDFA:
         got = self._closures.get(key)
         if got is not None:
             return got
-        kernel, prev = self._cstates[sid]
+        kernel, prev, lbs = self._cstates[sid]
         eps = self._nfa.eps
         seen = set(kernel)
         stack = list(kernel)
@@ -471,6 +522,11 @@ class ByteDFA:
                         item = (dst, 1)
                     else:
                         continue
+                elif type(kind) is tuple:
+                    lb, positive = self._lbs[kind[1]]
+                    if lb._caccepts(lbs[kind[1]]) != positive:
+                        continue
+                    item = (dst, flag)
                 elif _holds(kind, prev, ahead):
                     item = (dst, flag)
                 else:
@@ -498,7 +554,11 @@ class ByteDFA:
             for m, dst in chars[q]:
                 if mask >> m & 1:
                     new.add((dst, nflag))
-        got = self._cdelta[key] = self._cid(frozenset(new), kind if self._has_at else ())
+        lbs = self._cstates[sid][2]
+        if lbs:
+            rep = self._class_rep[k]
+            lbs = tuple(lb._cstep(s, lb._class_of(rep)) for (lb, _), s in zip(self._lbs, lbs))
+        got = self._cdelta[key] = self._cid(frozenset(new), kind if self._has_at else (), lbs)
         return got
 
     def _caccepts(self, sid: int) -> bool:
@@ -780,6 +840,11 @@ def compile_regex(pattern: str, flags: int = 0) -> ByteDFA:
     flags = check_flags(flags)
     try:
         tree, gflags = parse_flags(pattern, flags)
+        try:
+            # re's compiler rejects some trees its parser builds (variable-width lookbehind)
+            re.compile(pattern, flags)
+        except re.error as e:
+            raise InvalidRegex(pattern, e.msg, e.pos) from None
     except InvalidRegex as err:
         try:
             regex_package_compile(pattern, flags)
