@@ -128,9 +128,8 @@ def feature_class(rec: dict) -> str:
     if rec.get("mode") == "automaton":
         return "automaton"
     reason = rec.get("reason", "")
-    for key in ("syntax of the `regex` package", "backreference", "negative lookaround",
-                "lookaround", "conditional group", "atomic group", "possessive repeat",
-                "automaton states"):
+    for key in ("syntax of the `regex` package", "backreference", "lookbehind", "lookahead",
+                "conditional group", "atomic group", "possessive repeat", "automaton states"):
         if key in reason:
             return key.replace("syntax of the `regex` package", "regex-package syntax")
     return "other fallback"

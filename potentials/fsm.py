@@ -1,23 +1,31 @@
 """Regular expressions compiled to automata over UTF-8 bytes, with exact liveness.
 
-For a pattern P (Python ``re`` syntax, read as a full match over text) the byte language is
+For a pattern P read as a full match over text the byte language is
 
-    L(P) = { s.encode("utf-8") : re.fullmatch(P, s) }
+    L(P) = { s.encode("utf-8") : fullmatch(P, s) }
 
-and ``ByteDFA.step(q, b)`` is None exactly when no byte string continuing the prefix reaches
-L(P): dead ends are found as soon as they exist (``a{3}b`` after ``aaaa``), and a prefix that
-stops inside a multi-byte character is alive iff some completion of that character is.
+with ``fullmatch`` Python ``re``'s where ``re`` compiles P, else the ``regex`` package's. And
+``ByteDFA.step(q, b)`` is None exactly when no byte string continuing the prefix reaches L(P):
+dead ends are found as soon as they exist (``a{3}b`` after ``aaaa``), and a prefix that stops
+inside a multi-byte character is alive iff some completion of that character is.
 
 Route: Python's own parser (``re._parser``) gives the syntax tree; a Thompson NFA is built over
-code-point sets, with the zero-width anchors (``^ $ \\A \\Z \\b \\B``) kept as guarded epsilon
-edges; code points are grouped into classes that every set treats alike; a lazily built DFA over
-those classes tracks the previous character's kind (for anchors); a UTF-8 layer on top turns
-bytes into characters. Every transition is computed once and then looked up in O(1).
+code-point sets, with the zero-width anchors (``^ $ \\A \\Z \\b \\B``) and lookbehinds kept as
+guarded epsilon edges; code points are grouped into classes that every set treats alike; a lazily
+built DFA over those classes tracks the previous character's kind (for anchors) and the state of
+each lookbehind's own automaton; a UTF-8 layer on top turns bytes into characters. Every
+transition is computed once and then looked up in O(1).
 
-Case-insensitive sets are made exact by asking Python's ``re`` itself about every cased code
-point, so ``IGNORECASE`` agrees with ``re`` including its special folds (e.g. the Kelvin sign).
-Lookarounds, backreferences, conditional groups, atomic groups and possessive repeats are not
-regular in this construction and raise ``UnsupportedRegex``.
+- Lookbehind ``(?<=B)`` / ``(?<!B)``: the guard holds where the text so far is (is not) in
+  L((?s:.*)B), read off B's automaton stepped along with the main one. B may not look past its
+  own end (``$ \\Z \\b \\B``, lookarounds, backreferences): those stay unsupported.
+- ``regex``-package-only syntax (``\\p{..}``, VERSION1 set operations, ``(?<name>..)``): see
+  ``potentials.regex_syntax``; its character tests are computed by the ``regex`` package itself.
+- Case-insensitive sets are made exact by asking Python's ``re`` itself about every cased code
+  point, so ``IGNORECASE`` agrees with ``re`` including its special folds (e.g. the Kelvin sign).
+- Lookaheads, backreferences, conditional groups, atomic groups and possessive repeats raise
+  ``UnsupportedRegex``; so do automata beyond ``MAX_NFA_STATES`` / ``MAX_DFA_STATES``
+  (``RegexTooLarge``), found while compiling, never while generating.
 """
 
 from __future__ import annotations
@@ -188,7 +196,6 @@ def _charset(items: tuple, flags: int) -> Intervals:
 # zero-width assertions on epsilon edges
 BEGIN, BOL, END_Z, EOL, DOLLAR, BOUND, NONBOUND, BOUND_A, NONBOUND_A = range(9)
 _UNSUPPORTED = {
-    C.ASSERT: "lookahead", C.ASSERT_NOT: "negative lookahead",
     C.GROUPREF: "backreference", C.GROUPREF_EXISTS: "conditional group",
     C.ATOMIC_GROUP: "atomic group", C.POSSESSIVE_REPEAT: "possessive repeat",
 }
@@ -206,6 +213,9 @@ class _NFA:
         self.has_assertions = False
         # lookbehinds (?<=B) / (?<!B): (ByteDFA of (?s:.*)B, positive?) -- guards on epsilon edges
         self.lookbehinds: list[tuple["ByteDFA", bool]] = []
+        # lookaheads that only the end of the text can see: (NFA of C, its start, its final)
+        self.lookaheads: list[tuple["_NFA", int, int, bool]] = []
+        self._la_edges: list[int] = []  # their targets, checked by check_lookaheads
 
     def new(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -237,6 +247,8 @@ class _NFA:
     def item(self, op, av, cur: int, flags: int, pattern: str) -> int:
         if op in (C.ASSERT, C.ASSERT_NOT) and av[0] == -1:
             return self.lookbehind(av[1], op is C.ASSERT, cur, flags, pattern)
+        if op in (C.ASSERT, C.ASSERT_NOT):
+            return self.lookahead(av[1], op is C.ASSERT, cur, flags, pattern)
         if op in _UNSUPPORTED:
             raise UnsupportedRegex(f"regex {pattern!r} uses a {_UNSUPPORTED[op]}, which a finite "
                                    "automaton cannot express")
@@ -323,6 +335,53 @@ class _NFA:
         self.eps[cur].append((("LB", len(self.lookbehinds) - 1, positive), dst))
         return dst
 
+    def lookahead(self, body, positive: bool, cur: int, flags: int, pattern: str) -> int:
+        """A lookahead (?=C) / (?!C) that nothing after it consumes: it is only ever asked at the
+        end of the text, where it holds iff C matches the empty string there (anchors in C see the
+        previous character and the end). Where text could follow it, it is unsupported; that is
+        checked once the whole NFA is built (``check_lookaheads``)."""
+        if not _no_lookarounds(body):
+            raise UnsupportedRegex(f"regex {pattern!r} uses a lookahead holding lookarounds or "
+                                   "backreferences")
+        sub = _NFA(pattern, self.placeholders)
+        start = sub.new()
+        final = sub.build(body, start, flags, pattern)
+        self.lookaheads.append((sub, start, final, positive))
+        self.has_assertions = True
+        dst = self.new()
+        self.eps[cur].append((("LA", len(self.lookaheads) - 1, positive), dst))
+        self._la_edges.append(dst)
+        return dst
+
+    def check_lookaheads(self) -> None:
+        """Every lookahead's target must reach no character edge (then only the end sees it)."""
+        for dst in self._la_edges:
+            seen, stack = {dst}, [dst]
+            while stack:
+                q = stack.pop()
+                if self.chars[q]:
+                    raise UnsupportedRegex(f"regex {self.pattern!r} uses a lookahead that text "
+                                           "can follow, which this automaton cannot express")
+                for _, t in self.eps[q]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+
+
+def _no_lookarounds(seq) -> bool:
+    for op, av in seq:
+        if op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS):
+            return False
+        if op is C.SUBPATTERN and not _no_lookarounds(av[3]):
+            return False
+        if op is C.BRANCH and not all(_no_lookarounds(alt) for alt in av[1]):
+            return False
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and not _no_lookarounds(av[2]):
+            return False
+        if op is C.ATOMIC_GROUP and not _no_lookarounds(av):
+            return False
+    return True
+
 
 def _lookbehind_body_ok(seq) -> bool:
     for op, av in seq:
@@ -339,6 +398,21 @@ def _lookbehind_body_ok(seq) -> bool:
         if op is C.ATOMIC_GROUP and not _lookbehind_body_ok(av):
             return False
     return True
+
+
+def _empty_at_end(sub: "_NFA", start: int, final: int, prev) -> bool:
+    """Does C match the empty string at the end of the text, after a character of kind prev?"""
+    seen, stack = {start}, [start]
+    while stack:
+        q = stack.pop()
+        if q == final:
+            return True
+        for kind, t in sub.eps[q]:
+            if kind is None or kind == DOLLAR or _holds(kind, prev, None):
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+    return False
 
 
 # ---------------------------------------------------------------------------- the automaton
@@ -522,6 +596,13 @@ class ByteDFA:
                         item = (dst, 1)
                     else:
                         continue
+                elif type(kind) is tuple and kind[0] == "LA":
+                    if ahead is not None:
+                        continue  # nothing after it consumes: only the end can see it
+                    sub, s0, f0, positive = self._nfa.lookaheads[kind[1]]
+                    if _empty_at_end(sub, s0, f0, prev) != positive:
+                        continue
+                    item = (dst, flag)
                 elif type(kind) is tuple:
                     lb, positive = self._lbs[kind[1]]
                     if lb._caccepts(lbs[kind[1]]) != positive:
@@ -831,11 +912,16 @@ def parse_flags(pattern: str, flags: int) -> tuple[object, int]:
 
 
 def compile_regex(pattern: str, flags: int = 0) -> ByteDFA:
-    """The byte automaton of ``{s.encode() : re.fullmatch(pattern, s, flags)}``.
+    """The byte automaton of ``{s.encode() : fullmatch(pattern, s, flags)}`` (module docstring).
 
-    Raises InvalidRegex (a ValueError naming re's message and position) for invalid syntax,
-    UnsupportedRegex (a ValueError) for lookarounds, backreferences, conditionals, atomic groups
-    and possessive repeats, and for syntax only the ``regex`` package knows (e.g. ``\\p{L}``).
+    Args:
+        pattern: a regex, ``re`` syntax or, where ``re`` rejects it, the ``regex`` package's.
+        flags: re's flags (``check_flags``).
+
+    Raises InvalidRegex (a ValueError naming the problem and its position) for a pattern neither
+    package accepts, UnsupportedRegex (a ValueError) for what is not regular here (lookaheads,
+    backreferences, conditionals, atomic groups, possessive repeats, most regex-only syntax),
+    RegexTooLarge (an UnsupportedRegex) beyond the size limits, TypeError for a non-str pattern.
     """
     flags = check_flags(flags)
     try:
@@ -878,6 +964,7 @@ def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals]) 
     nfa = _NFA(pattern, placeholders)
     start = nfa.new()
     final = nfa.build(tree.data, start, gflags, pattern)
+    nfa.check_lookaheads()
     return ByteDFA(nfa, start, final)
 
 

@@ -143,7 +143,7 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="unterminated character set"):
         compile_regex("[]")
     with pytest.raises(UnsupportedRegex, match="lookahead"):
-        compile_regex(r"a(?=b)")
+        compile_regex(r"a(?=b)b")
     with pytest.raises(UnsupportedRegex, match="backreference"):
         compile_regex(r"(a)\1")
     with pytest.raises(UnsupportedRegex, match="regex"):
@@ -289,3 +289,33 @@ def test_variable_width_lookbehind_is_regex_package_syntax():
     # re's parser builds the tree but its compiler refuses it: regex's meaning, not re's
     with pytest.raises(UnsupportedRegex, match="`regex` package"):
         compile_regex(r"\w+(?<!ing|ed)")
+
+
+# ---------------------------------------------------------------- lookahead at the end of the text
+
+LOOKAHEAD_CASES = [
+    r"(?<!\d{4}-)(?:\d{4}-){3}(?!\d{4}-)", r"(?<!a)b(?!c)", r"(?<![(])\b\d+\b(?![)])",
+    r"a(?=$)", r"a(?!$)", r"a(?=\b)", r"a(?!\b)", r"\w+(?=\W|$)", r"a(?=b)", r"a$(?!x)",
+    r"a(?=\n?\Z)", r"a(?=a*)|b(?!)", r"a(?:(?!b)|c)", r"(?m)a(?=^)", r"x(?=\B)",
+]
+
+
+@pytest.mark.parametrize("pattern", LOOKAHEAD_CASES)
+def test_trailing_lookahead_agrees_with_re(pattern):
+    import random
+
+    dfa = compile_regex(pattern)
+    rx = re.compile(pattern)
+    rng = random.Random(1)
+    alphabet = "aAbBsxyz0 \nédlngiukKé1(-)"
+    texts = ["".join(c) for n in range(4) for c in itertools.product("ab0 -\n", repeat=n)]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9))) for _ in range(1500)]
+    texts += ["1234-1234-1234-", "12", "(12)", "a\n", "b"]
+    for text in texts:
+        assert dfa.fullmatch(text.encode()) == (rx.fullmatch(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"(?:a(?=b))+", r"(a|b(?!x))*", r"a(?=b)b", r"a(?=(a)\1)"])
+def test_lookahead_that_text_can_follow_stays_unsupported(pattern):
+    with pytest.raises(UnsupportedRegex, match="lookahead"):
+        compile_regex(pattern)
