@@ -249,29 +249,14 @@ class _NFA:
             return self.lookbehind(av[1], op is C.ASSERT, cur, flags, pattern)
         if op in (C.ASSERT, C.ASSERT_NOT):
             return self.lookahead(av[1], op is C.ASSERT, cur, flags, pattern)
+        if op is C.POSSESSIVE_REPEAT or op is C.ATOMIC_GROUP:
+            return self.atomic(op, av, cur, flags, pattern)
         if op in _UNSUPPORTED:
             raise UnsupportedRegex(f"regex {pattern!r} uses a {_UNSUPPORTED[op]}, which a finite "
                                    "automaton cannot express")
-        if self.placeholders and op in (C.LITERAL, C.IN):
-            items = [(op, av)] if op is C.LITERAL else list(av)
-            held = [self.placeholders[a] for o, a in items if o is C.LITERAL
-                    and a in self.placeholders]
-            if held:
-                # re's parser merges one-character branches into a set: (LITERAL u_T | ...)
-                rest = [(o, a) for o, a in items if not (o is C.LITERAL and a in self.placeholders)]
-                if rest and rest[0][0] is C.NEGATE:
-                    raise AssertionError("a negated set holding a placeholder")
-                ivs = _charset(tuple(rest), flags) if rest else ()
-                return self.char(cur, _normalize([*ivs, *(iv for s in held for iv in s)]))
-        if op is C.LITERAL:
-            return self.char(cur, _charset(((C.LITERAL, av),), flags))
-        if op is C.NOT_LITERAL:
-            return self.char(cur, _complement(_charset(((C.LITERAL, av),), flags)))
-        if op is C.ANY:
-            full = ((0, MAXCP),)
-            return self.char(cur, full if flags & C.SRE_FLAG_DOTALL else _complement(((10, 10),)))
-        if op is C.IN:
-            return self.char(cur, _charset(tuple(av), flags))
+        ivs = self.char_set(op, av, flags)
+        if ivs is not None:
+            return self.char(cur, ivs)
         if op is C.SUBPATTERN:
             _, add, remove, sub = av
             return self.build(sub, cur, (flags | add) & ~remove, pattern)
@@ -314,6 +299,100 @@ class _NFA:
             return dst
         raise UnsupportedRegex(f"regex {pattern!r} uses {op}, which is not supported")
 
+
+    def char_set(self, op, av, flags: int) -> Intervals | None:
+        """The code points a one-character item matches, or None for other items."""
+        if self.placeholders and op in (C.LITERAL, C.IN):
+            items = [(op, av)] if op is C.LITERAL else list(av)
+            held = [self.placeholders[a] for o, a in items if o is C.LITERAL
+                    and a in self.placeholders]
+            if held:
+                # re's parser merges one-character branches into a set: (LITERAL u_T | ...)
+                rest = [(o, a) for o, a in items if not (o is C.LITERAL and a in self.placeholders)]
+                if rest and rest[0][0] is C.NEGATE:
+                    raise AssertionError("a negated set holding a placeholder")
+                ivs = _charset(tuple(rest), flags) if rest else ()
+                return _normalize([*ivs, *(iv for s in held for iv in s)])
+        if op is C.LITERAL:
+            return _charset(((C.LITERAL, av),), flags)
+        if op is C.NOT_LITERAL:
+            return _complement(_charset(((C.LITERAL, av),), flags))
+        if op is C.ANY:
+            return ((0, MAXCP),) if flags & C.SRE_FLAG_DOTALL else _complement(((10, 10),))
+        if op is C.IN:
+            return _charset(tuple(av), flags)
+        if op is C.SUBPATTERN and len(av[3]) == 1:
+            (sop, sav), = av[3]
+            return self.char_set(sop, sav, (flags | av[1]) & ~av[2])
+        return None
+
+    def single(self, seq, flags: int) -> Intervals | None:
+        """The set S when the sequence ``seq`` is one one-character item, else None."""
+        items = list(seq)
+        return self.char_set(*items[0], flags) if len(items) == 1 else None
+
+    def atomic(self, op, av, cur: int, flags: int, pattern: str) -> int:
+        """Atomic groups and possessive repeats, where the cut provably keeps the language:
+
+        - S{m,n}+ and (?>S{m,n}) for one character set S: the repeat takes min(n, run of S)
+          characters, i.e. all n of them, or fewer with no S next: S{n} | S{m,n-1}(?![S]);
+        - (?>S{m,n}?): the lazy repeat commits to its fewest, S{m};
+        - (?>X) where every match of X has one length (no lookarounds, no backreferences): then
+          at most one match of X starts a given text, so the cut never removes an alternative.
+        Anything else stays unsupported.
+        """
+        what = "possessive repeat" if op is C.POSSESSIVE_REPEAT else "atomic group"
+        if op is C.POSSESSIVE_REPEAT:
+            lo, hi, sub = av
+            s = self.single(sub, flags)
+            if s is not None:
+                return self.possessive(cur, s, lo, hi)
+        else:
+            items = list(av)
+            if len(items) == 1 and items[0][0] in (C.MAX_REPEAT, C.POSSESSIVE_REPEAT, C.MIN_REPEAT):
+                rop, (lo, hi, sub) = items[0]
+                s = self.single(sub, flags)
+                if s is not None and rop is C.MIN_REPEAT:
+                    for _ in range(lo):
+                        cur = self.char(cur, s)
+                    return cur
+                if s is not None:
+                    return self.possessive(cur, s, lo, hi)
+            wlo, whi = av.getwidth()
+            if wlo == whi and _no_lookarounds(items):
+                return self.build(items, cur, flags, pattern)
+        raise UnsupportedRegex(f"regex {pattern!r} uses a {what} whose cut this automaton "
+                               "cannot express")
+
+    def possessive(self, cur: int, s: Intervals, lo: int, hi: int) -> int:
+        """S{lo,hi}+ : S{hi} | S{lo,hi-1} followed by a guard that the next character is not in S."""
+        end = self.new()
+        if hi is not C.MAXREPEAT:
+            a = cur
+            for _ in range(hi):
+                a = self.char(a, s)
+            self.eps[a].append((None, end))
+            if hi == lo:
+                return end
+        b = cur
+        for _ in range(lo):
+            b = self.char(b, s)
+        if hi is C.MAXREPEAT:
+            loop = self.new()
+            self.eps[b].append((None, loop))
+            if s:
+                self.chars[loop].append((self.set_id(s), loop))
+            b = loop
+        else:
+            opt = self.new()
+            for _ in range(hi - 1 - lo):
+                self.eps[b].append((None, opt))
+                b = self.char(b, s)
+            self.eps[b].append((None, opt))
+            b = opt
+        self.has_assertions = True
+        self.eps[b].append((("NX", self.set_id(s), False), end))
+        return end
 
     def lookbehind(self, body, positive: bool, cur: int, flags: int, pattern: str) -> int:
         """A guard that holds where the text so far is in L((?s:.*)B) (or is not, for (?<!B)).
@@ -569,13 +648,14 @@ class ByteDFA:
             self._cstates.append(key)
         return sid
 
-    def _closure(self, sid: int, nxt: Kind | None) -> frozenset:
+    def _closure(self, sid: int, k: int | None) -> frozenset:
         """Epsilon closure of a state's kernel, anchors judged with the next char's kind.
 
         Elements are (nfa state, flag): flag 1 means the rest of the text must be exactly
         "\\n" (a ``$`` passed before a final newline), flag 2 that the text must end here.
         """
-        key = (sid, nxt)
+        key = (sid, k)
+        nxt = None if k is None else self._class_kind[k]
         got = self._closures.get(key)
         if got is not None:
             return got
@@ -586,6 +666,7 @@ class ByteDFA:
         while stack:
             q, flag = stack.pop()
             ahead = None if flag == 2 else _NEWLINE if flag == 1 else nxt
+            ahead_k = None if flag == 2 else self._ascii_class[10] if flag == 1 else k
             for kind, dst in eps[q]:
                 if kind is None:
                     item = (dst, flag)
@@ -596,6 +677,12 @@ class ByteDFA:
                         item = (dst, 1)
                     else:
                         continue
+                elif type(kind) is tuple and kind[0] == "NX":
+                    # the next character is (is not) in one of the NFA's sets
+                    inside = ahead_k is not None and bool(self._class_mask[ahead_k] >> kind[1] & 1)
+                    if inside != kind[2]:
+                        continue
+                    item = (dst, flag)
                 elif type(kind) is tuple and kind[0] == "LA":
                     if ahead is not None:
                         continue  # nothing after it consumes: only the end can see it
@@ -628,7 +715,7 @@ class ByteDFA:
         mask = self._class_mask[k]
         chars = self._nfa.chars
         new = set()
-        for q, flag in self._closure(sid, kind):
+        for q, flag in self._closure(sid, k if self._has_at else None):
             if flag == 2 or (flag == 1 and not is_nl):
                 continue
             nflag = 2 if flag == 1 else 0

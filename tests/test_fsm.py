@@ -319,3 +319,48 @@ def test_trailing_lookahead_agrees_with_re(pattern):
 def test_lookahead_that_text_can_follow_stays_unsupported(pattern):
     with pytest.raises(UnsupportedRegex, match="lookahead"):
         compile_regex(pattern)
+
+
+# ---------------------------------------------------------------- atomic groups, possessive repeats
+
+ATOMIC_CASES = [
+    r"^(?>a{2,4})b$", r"^(?>.*?)a.*$", r"^(?>a+?)b+$", r"^(?>\d{3}-\d{3})$", r"(?>a{1,3}+)b",
+    r"^[a-z]++\d*+$", r"^a?+b$", r"^a{3}+b$", r"(?>a*?)b", r"(?>a?)b", r"(?>a{2}b{3})",
+    r"(?>a{3,5})", r"(?>pattern)", r"(?>(?:a|b)(?>c|d))+", r"^(?>a?+)b$", r"(?>[a-z]{2,5}?)123",
+    r"a*+a", r"a++b", r"[ab]{2,4}+b", r"(?:a|b)*+", r"(?i)K++k?", r"\w++\b", r"x{0}+a",
+    r"(?>[^aeiou]++)(?<!x)",
+]
+
+
+@pytest.mark.parametrize("pattern", ATOMIC_CASES)
+def test_atomic_and_possessive_agree_with_re(pattern):
+    import random
+
+    dfa = compile_regex(pattern)
+    rx = re.compile(pattern)
+    rng = random.Random(1)
+    texts = ["".join(c) for n in range(6) for c in itertools.product("abK1-", repeat=n)]
+    texts += ["".join(rng.choice("abcdpK k01239-x") for _ in range(rng.randint(0, 10)))
+              for _ in range(1500)]
+    texts += ["aab", "aaab", "aaaab", "123-456", "aaabbb", "pattern", "acbd", "ab123", "zzz"]
+    for text in texts:
+        assert dfa.fullmatch(text.encode()) == (rx.fullmatch(text) is not None), (pattern, text)
+    for text in texts:
+        if rx.fullmatch(text):
+            q = dfa.start
+            for b in text.encode():
+                q = dfa.step(q, b)
+                assert q is not None, (pattern, text)
+
+
+def test_possessive_dead_end_is_found_at_once():
+    dfa = compile_regex(r"a*+a")  # the possessive star leaves no `a` for the end: empty language
+    assert dfa.is_empty
+    dfa = compile_regex(r"(?>a{1,3}+)b")
+    assert dfa.walk(dfa.start, b"aaaa") is None  # the group took three, the fourth is not b
+
+
+@pytest.mark.parametrize("pattern", [r"(?>a|ab|abc)+", r"(?>a++|b++|c++)", r"(?>abc|ab|a)123"])
+def test_atomic_groups_whose_cut_matters_stay_unsupported(pattern):
+    with pytest.raises(UnsupportedRegex, match="atomic group"):
+        compile_regex(pattern)

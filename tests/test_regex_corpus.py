@@ -53,9 +53,15 @@ async def test_example_prefixes_viable_and_no_dead_partial_characters(row):
         assert await pot.prefix(data[:i]) == 0.0, data[:i]
     assert await pot.complete(data) == 0.0
     for tail in [b"\xc3", b"\xe2", b"\xe2\x82", b"\xf0", b"\xf0\x9f", b"\xf0\x9f\x98"]:
-        got = await pot.prefix(data + tail)
-        # viable iff some character starting with `tail` keeps the text a viable prefix
-        assert (got == 0.0) == _some_character_continues(row["regex"], row["example"], tail)
+        got = await pot.prefix(data + tail) == 0.0
+        partial = _some_character_continues(row["regex"], row["example"], tail)
+        if pot.exact:
+            # regex's partial matching over-approximates (a lookahead at the end of the text
+            # counts as partial); the automaton is exact, so never more permissive
+            assert partial or not got
+        else:
+            # viable iff some character starting with `tail` keeps regex's partial match
+            assert got == partial
 
 
 def _some_character_continues(pattern: str, text: str, tail: bytes) -> bool:
