@@ -16,6 +16,9 @@ built DFA over those classes tracks the previous character's kind (for anchors) 
 each lookbehind's own automaton; a UTF-8 layer on top turns bytes into characters. Every
 transition is computed once and then looked up in O(1).
 
+- Lookarounds only with ``compile_regex(..., lookaround=True)`` (the ``Regex`` potential, which
+  reads the pattern as a full match of the whole text; a grammar terminal would see its
+  neighbours instead).
 - Lookbehind ``(?<=B)`` / ``(?<!B)``: the guard holds where the text so far is (is not) in
   L((?s:.*)B), read off B's automaton stepped along with the main one. B may not look past its
   own end (``$ \\Z \\b \\B``, lookarounds, backreferences): those stay unsupported.
@@ -202,8 +205,9 @@ _UNSUPPORTED = {
 
 
 class _NFA:
-    def __init__(self, pattern: str = "", placeholders: dict[int, Intervals] | None = None):
-        self.pattern = pattern
+    def __init__(self, pattern: str = "", placeholders: dict[int, Intervals] | None = None,
+                 lookaround: bool = False):
+        self.pattern, self.allow_lookaround = pattern, lookaround
         # private-use code points standing for character sets (potentials.regex_syntax)
         self.placeholders = placeholders or {}
         self.eps: list[list[tuple[int | None, int]]] = []
@@ -245,9 +249,12 @@ class _NFA:
         return cur
 
     def item(self, op, av, cur: int, flags: int, pattern: str) -> int:
-        if op in (C.ASSERT, C.ASSERT_NOT) and av[0] == -1:
-            return self.lookbehind(av[1], op is C.ASSERT, cur, flags, pattern)
         if op in (C.ASSERT, C.ASSERT_NOT):
+            if not self.allow_lookaround:
+                raise UnsupportedRegex(f"regex {pattern!r} uses a lookaround, which is not "
+                                       "regular on its own (compile_regex(lookaround=False))")
+            if av[0] == -1:
+                return self.lookbehind(av[1], op is C.ASSERT, cur, flags, pattern)
             return self.lookahead(av[1], op is C.ASSERT, cur, flags, pattern)
         if op is C.POSSESSIVE_REPEAT or op is C.ATOMIC_GROUP:
             return self.atomic(op, av, cur, flags, pattern)
@@ -998,12 +1005,16 @@ def parse_flags(pattern: str, flags: int) -> tuple[object, int]:
     return tree, tree.state.flags
 
 
-def compile_regex(pattern: str, flags: int = 0) -> ByteDFA:
+def compile_regex(pattern: str, flags: int = 0, *, lookaround: bool = False) -> ByteDFA:
     """The byte automaton of ``{s.encode() : fullmatch(pattern, s, flags)}`` (module docstring).
 
     Args:
         pattern: a regex, ``re`` syntax or, where ``re`` rejects it, the ``regex`` package's.
         flags: re's flags (``check_flags``).
+        lookaround: build lookbehinds and trailing lookaheads in, reading the pattern as a full
+            match of the whole text (the start and end of the text are what they see). Off by
+            default: a regex matched inside a longer text (a grammar terminal) would see its
+            neighbours instead.
 
     Raises InvalidRegex (a ValueError naming the problem and its position) for a pattern neither
     package accepts, UnsupportedRegex (a ValueError) for what is not regular here (lookaheads,
@@ -1027,7 +1038,7 @@ def compile_regex(pattern: str, flags: int = 0) -> ByteDFA:
                                    f"{_at(other.pos)} (regex package)", None) from None
             raise err from None
         return _compile_regex_package_syntax(pattern, flags)
-    return _build(pattern, tree, gflags, {})
+    return _build(pattern, tree, gflags, {}, lookaround)
 
 
 def _compile_regex_package_syntax(pattern: str, flags: int) -> ByteDFA:
@@ -1047,8 +1058,9 @@ def _compile_regex_package_syntax(pattern: str, flags: int) -> ByteDFA:
     return _build(pattern, tree, gflags, sets)
 
 
-def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals]) -> ByteDFA:
-    nfa = _NFA(pattern, placeholders)
+def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals],
+           lookaround: bool = False) -> ByteDFA:
+    nfa = _NFA(pattern, placeholders, lookaround)
     start = nfa.new()
     final = nfa.build(tree.data, start, gflags, pattern)
     nfa.check_lookaheads()

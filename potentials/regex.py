@@ -83,7 +83,7 @@ class Regex(BytePotential):
         self.budget_exceeded = 0
         self._tail_cache: dict[tuple[str, bytes], bool] = {}
         try:
-            self.dfa = compile_regex(pattern, self.flags)
+            self.dfa = compile_regex(pattern, self.flags, lookaround=True)
         except UnsupportedRegex as e:
             self.dfa = None
             self.fallback_reason = str(e)
