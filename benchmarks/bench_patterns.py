@@ -135,6 +135,33 @@ def feature_class(rec: dict) -> str:
     return "other fallback"
 
 
+def summarize(recs: list[dict], timeout: float) -> None:
+    """Print the counts, accuracy, times, per-class failures and every failing pattern."""
+    status = Counter(r["status"] for r in recs)
+    secs = [r["seconds"] for r in recs]
+    print()
+    print(f"patterns {len(recs)}: compile errors {status['compile_error']}, "
+          f"automaton {sum(r.get('mode') == 'automaton' for r in recs)}, "
+          f"fallback {sum(r.get('mode') == 'fallback' for r in recs)}")
+    print(f"no finished sample {status['no_sample']}, timeouts (> {timeout:.0f} s) "
+          f"{status['timeout']}, weighted accuracy {statistics.mean(r['score'] for r in recs):.3f}, "
+          f"median {statistics.median(secs):.2f} s, max {max(secs):.2f} s")
+    csecs = [r.get("constraint_s", r["seconds"]) for r in recs]
+    print(f"time inside the constraint (compile + advance): median {statistics.median(csecs):.2f} s,"
+          f" max {max(csecs):.2f} s")
+    print("per class: patterns / no sample / timeout / compile error / mean score")
+    classes = sorted({feature_class(r) for r in recs})
+    for c in classes:
+        rs = [r for r in recs if feature_class(r) == c]
+        print(f"  {c:24s} {len(rs):4d} {sum(r['status'] == 'no_sample' for r in rs):4d} "
+              f"{sum(r['status'] == 'timeout' for r in rs):4d} "
+              f"{sum(r['status'] == 'compile_error' for r in rs):4d} "
+              f"{statistics.mean(r['score'] for r in rs):.3f}")
+    for r in recs:
+        if r["status"] != "ok":
+            print(f"  {r['status']:13s} {r['pattern']!r} {r.get('error', r.get('texts', ''))!r:.160}")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
@@ -145,7 +172,13 @@ async def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jsonl", type=Path, default=None)
+    ap.add_argument("--summarize", type=Path, default=None,
+                    help="only print the summary of a --jsonl file (e.g. of an interrupted run)")
     args = ap.parse_args()
+    if args.summarize:
+        with open(args.summarize) as f:
+            summarize([json.loads(line) for line in f if line.strip()], args.timeout)
+        return
     warnings.simplefilter("ignore", FutureWarning)  # regex's V0 "possible set difference"
 
     import smc
@@ -171,29 +204,7 @@ async def main() -> None:
     if out:
         out.close()
 
-    status = Counter(r["status"] for r in recs)
-    secs = [r["seconds"] for r in recs]
-    print()
-    print(f"patterns {len(recs)}: compile errors {status['compile_error']}, "
-          f"automaton {sum(r.get('mode') == 'automaton' for r in recs)}, "
-          f"fallback {sum(r.get('mode') == 'fallback' for r in recs)}")
-    print(f"no finished sample {status['no_sample']}, timeouts (> {args.timeout:.0f} s) "
-          f"{status['timeout']}, weighted accuracy {statistics.mean(r['score'] for r in recs):.3f}, "
-          f"median {statistics.median(secs):.2f} s, max {max(secs):.2f} s")
-    csecs = [r.get("constraint_s", r["seconds"]) for r in recs]
-    print(f"time inside the constraint (compile + advance): median {statistics.median(csecs):.2f} s,"
-          f" max {max(csecs):.2f} s")
-    print("per class: patterns / no sample / timeout / compile error / mean score")
-    classes = sorted({feature_class(r) for r in recs})
-    for c in classes:
-        rs = [r for r in recs if feature_class(r) == c]
-        print(f"  {c:24s} {len(rs):4d} {sum(r['status'] == 'no_sample' for r in rs):4d} "
-              f"{sum(r['status'] == 'timeout' for r in rs):4d} "
-              f"{sum(r['status'] == 'compile_error' for r in rs):4d} "
-              f"{statistics.mean(r['score'] for r in rs):.3f}")
-    for r in recs:
-        if r["status"] != "ok":
-            print(f"  {r['status']:13s} {r['pattern']!r} {r.get('error', r.get('texts', ''))!r:.160}")
+    summarize(recs, args.timeout)
 
 
 if __name__ == "__main__":
