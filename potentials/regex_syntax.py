@@ -151,6 +151,9 @@ def translate(pattern: str, flags: int) -> tuple[str, dict[int, tuple[tuple[int,
             if body.startswith("(?<", i) and not body.startswith(("(?<=", "(?<!"), i):
                 out.append("(?P<")
                 i += 3
+            elif body.startswith("(?s:", i):
+                out.append("(?s:")  # DOTALL: `.` means the same in both packages
+                i += 4
             elif body.startswith(("(?:", "(?P<", "(?#"), i):
                 if body.startswith("(?#", i):
                     close = body.find(")", i)

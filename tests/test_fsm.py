@@ -209,7 +209,7 @@ REGEX_PACKAGE_CASES = [
     r"\p{L}+", r"\P{Greek}\p{N}?", r"[\p{L}&&[^\p{Lu}]]", r"(?V1)[\p{L}&&[^\p{Lu}]]+",
     r"(?V1)[\w--[\d_]]{2}", r"[\w--\d]", r"(?V1)[\p{L}--[\p{Lu}--\p{ASCII}]]",
     r"(?<year>\d{4})-(?<m>\d{2})", r"\p{Emoji}|[\p{Sc}x]", r"(?V1)[\p{Ll}||\d]\s",
-    r"^\p{Lu}(?:[\p{Ll}\-]+)$", r"[^\P{Lu}]", r"\w\s\d",
+    r"^\p{Lu}(?:[\p{Ll}\-]+)$", r"[^\P{Lu}]", r"\w\s\d", r"(?s:.*)(?:\p{Lu}\d)(?s:.*)",
 ]
 _ALPHABET = list("]&[^-aAzZ09_:. \n\x1cɐßΣσéÉ٣ⅫАяあ©€\u0300\u00a0\u2028") + ["\U0001F600", "ǅ"]
 
