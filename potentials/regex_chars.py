@@ -30,8 +30,6 @@ import regex as regex_pkg
 
 # character classes anchors and `.` consult, always among the atoms
 _BASE_ATOMS = [r"\w", r"(?a)\w", r"\d", r"\s", r"\n", r".", r"(?s).", r"\r"]
-# escapes that test one character (p, P, N take a {...} argument; x, u, U hex digits)
-_CLASS_ESCAPES = set("dDwWsShHvV")
 _ZERO_WIDTH = set("bBAZzGmMK")
 
 
