@@ -1,23 +1,34 @@
 """Regular expressions compiled to automata over UTF-8 bytes, with exact liveness.
 
-For a pattern P (Python ``re`` syntax, read as a full match over text) the byte language is
+For a pattern P read as a full match over text the byte language is
 
-    L(P) = { s.encode("utf-8") : re.fullmatch(P, s) }
+    L(P) = { s.encode("utf-8") : fullmatch(P, s) }
 
-and ``ByteDFA.step(q, b)`` is None exactly when no byte string continuing the prefix reaches
-L(P): dead ends are found as soon as they exist (``a{3}b`` after ``aaaa``), and a prefix that
-stops inside a multi-byte character is alive iff some completion of that character is.
+with ``fullmatch`` Python ``re``'s where ``re`` compiles P, else the ``regex`` package's. And
+``ByteDFA.step(q, b)`` is None exactly when no byte string continuing the prefix reaches L(P):
+dead ends are found as soon as they exist (``a{3}b`` after ``aaaa``), and a prefix that stops
+inside a multi-byte character is alive iff some completion of that character is.
 
 Route: Python's own parser (``re._parser``) gives the syntax tree; a Thompson NFA is built over
-code-point sets, with the zero-width anchors (``^ $ \\A \\Z \\b \\B``) kept as guarded epsilon
-edges; code points are grouped into classes that every set treats alike; a lazily built DFA over
-those classes tracks the previous character's kind (for anchors); a UTF-8 layer on top turns
-bytes into characters. Every transition is computed once and then looked up in O(1).
+code-point sets, with the zero-width anchors (``^ $ \\A \\Z \\b \\B``) and lookbehinds kept as
+guarded epsilon edges; code points are grouped into classes that every set treats alike; a lazily
+built DFA over those classes tracks the previous character's kind (for anchors) and the state of
+each lookbehind's own automaton; a UTF-8 layer on top turns bytes into characters. Every
+transition is computed once and then looked up in O(1).
 
-Case-insensitive sets are made exact by asking Python's ``re`` itself about every cased code
-point, so ``IGNORECASE`` agrees with ``re`` including its special folds (e.g. the Kelvin sign).
-Lookarounds, backreferences, conditional groups, atomic groups and possessive repeats are not
-regular in this construction and raise ``UnsupportedRegex``.
+- Lookarounds only with ``compile_regex(..., lookaround=True)`` (the ``Regex`` potential, which
+  reads the pattern as a full match of the whole text; a grammar terminal would see its
+  neighbours instead).
+- Lookbehind ``(?<=B)`` / ``(?<!B)``: the guard holds where the text so far is (is not) in
+  L((?s:.*)B), read off B's automaton stepped along with the main one. B may not look past its
+  own end (``$ \\Z \\b \\B``, lookarounds, backreferences): those stay unsupported.
+- ``regex``-package-only syntax (``\\p{..}``, VERSION1 set operations, ``(?<name>..)``): see
+  ``potentials.regex_syntax``; its character tests are computed by the ``regex`` package itself.
+- Case-insensitive sets are made exact by asking Python's ``re`` itself about every cased code
+  point, so ``IGNORECASE`` agrees with ``re`` including its special folds (e.g. the Kelvin sign).
+- Lookaheads, backreferences, conditional groups, atomic groups and possessive repeats raise
+  ``UnsupportedRegex``; so do automata beyond ``MAX_NFA_STATES`` / ``MAX_DFA_STATES``
+  (``RegexTooLarge``), found while compiling, never while generating.
 """
 
 from __future__ import annotations
@@ -34,6 +45,16 @@ import _sre
 MAXCP = 0x10FFFF
 SUR_LO, SUR_HI = 0xD800, 0xDFFF
 UNCOMPUTED, DEAD = -2, -1
+#: largest NFA built; bigger patterns raise RegexTooLarge (the Regex potential then falls back to
+#: the `regex` package, which counts repeats instead of unrolling them)
+MAX_NFA_STATES = 100_000
+#: largest character-level DFA explored when building the automaton (patterns with anchors
+#: explore all reachable states up front to settle liveness); bigger ones raise RegexTooLarge
+MAX_DFA_STATES = 20_000
+
+#: the flags ``Regex``/``compile_regex`` take: Python re's, less LOCALE (bytes patterns only),
+#: TEMPLATE and DEBUG
+RE_FLAGS = int(re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.ASCII | re.UNICODE)
 
 Intervals = tuple[tuple[int, int], ...]
 
@@ -42,12 +63,15 @@ class UnsupportedRegex(ValueError):
     """A valid pattern that uses a feature this automaton cannot express (lookarounds, ...)."""
 
 
+class RegexTooLarge(UnsupportedRegex):
+    """A pattern whose automaton would exceed ``MAX_NFA_STATES`` (e.g. ``a{10000000}``)."""
+
+
 class InvalidRegex(ValueError):
     """A pattern Python's ``re`` rejects; ``msg`` and ``pos`` are re's own."""
 
     def __init__(self, pattern: str, msg: str, pos: int | None):
-        where = f" at position {pos}" if pos is not None else ""
-        super().__init__(f"invalid regex {pattern!r}: {msg}{where}")
+        super().__init__(f"invalid regex {pattern!r}: {msg}{_at(pos)}")
         self.msg, self.pos = msg, pos
 
 
@@ -175,21 +199,32 @@ def _charset(items: tuple, flags: int) -> Intervals:
 # zero-width assertions on epsilon edges
 BEGIN, BOL, END_Z, EOL, DOLLAR, BOUND, NONBOUND, BOUND_A, NONBOUND_A = range(9)
 _UNSUPPORTED = {
-    C.ASSERT: "lookaround", C.ASSERT_NOT: "negative lookaround",
     C.GROUPREF: "backreference", C.GROUPREF_EXISTS: "conditional group",
     C.ATOMIC_GROUP: "atomic group", C.POSSESSIVE_REPEAT: "possessive repeat",
 }
 
 
 class _NFA:
-    def __init__(self) -> None:
+    def __init__(self, pattern: str = "", placeholders: dict[int, Intervals] | None = None,
+                 lookaround: bool = False):
+        self.pattern, self.allow_lookaround = pattern, lookaround
+        # private-use code points standing for character sets (potentials.regex_syntax)
+        self.placeholders = placeholders or {}
         self.eps: list[list[tuple[int | None, int]]] = []
         self.chars: list[list[tuple[int, int]]] = []
         self.sets: list[Intervals] = []
         self._set_ids: dict[Intervals, int] = {}
         self.has_assertions = False
+        # lookbehinds (?<=B) / (?<!B): (ByteDFA of (?s:.*)B, positive?) -- guards on epsilon edges
+        self.lookbehinds: list[tuple["ByteDFA", bool]] = []
+        # lookaheads that only the end of the text can see: (NFA of C, its start, its final)
+        self.lookaheads: list[tuple["_NFA", int, int, bool]] = []
+        self._la_edges: list[int] = []  # their targets, checked by check_lookaheads
 
     def new(self) -> int:
+        if len(self.eps) >= MAX_NFA_STATES:
+            raise RegexTooLarge(f"regex {self.pattern!r} needs more than {MAX_NFA_STATES} "
+                                "automaton states (a large repeat count?)")
         self.eps.append([])
         self.chars.append([])
         return len(self.eps) - 1
@@ -214,18 +249,21 @@ class _NFA:
         return cur
 
     def item(self, op, av, cur: int, flags: int, pattern: str) -> int:
+        if op in (C.ASSERT, C.ASSERT_NOT):
+            if not self.allow_lookaround:
+                raise UnsupportedRegex(f"regex {pattern!r} uses a lookaround, which is not "
+                                       "regular on its own (compile_regex(lookaround=False))")
+            if av[0] == -1:
+                return self.lookbehind(av[1], op is C.ASSERT, cur, flags, pattern)
+            return self.lookahead(av[1], op is C.ASSERT, cur, flags, pattern)
+        if op is C.POSSESSIVE_REPEAT or op is C.ATOMIC_GROUP:
+            return self.atomic(op, av, cur, flags, pattern)
         if op in _UNSUPPORTED:
             raise UnsupportedRegex(f"regex {pattern!r} uses a {_UNSUPPORTED[op]}, which a finite "
                                    "automaton cannot express")
-        if op is C.LITERAL:
-            return self.char(cur, _charset(((C.LITERAL, av),), flags))
-        if op is C.NOT_LITERAL:
-            return self.char(cur, _complement(_charset(((C.LITERAL, av),), flags)))
-        if op is C.ANY:
-            full = ((0, MAXCP),)
-            return self.char(cur, full if flags & C.SRE_FLAG_DOTALL else _complement(((10, 10),)))
-        if op is C.IN:
-            return self.char(cur, _charset(tuple(av), flags))
+        ivs = self.char_set(op, av, flags)
+        if ivs is not None:
+            return self.char(cur, ivs)
         if op is C.SUBPATTERN:
             _, add, remove, sub = av
             return self.build(sub, cur, (flags | add) & ~remove, pattern)
@@ -267,6 +305,200 @@ class _NFA:
             self.eps[cur].append((kind, dst))
             return dst
         raise UnsupportedRegex(f"regex {pattern!r} uses {op}, which is not supported")
+
+
+    def char_set(self, op, av, flags: int) -> Intervals | None:
+        """The code points a one-character item matches, or None for other items."""
+        if self.placeholders and op in (C.LITERAL, C.IN):
+            items = [(op, av)] if op is C.LITERAL else list(av)
+            held = [self.placeholders[a] for o, a in items if o is C.LITERAL
+                    and a in self.placeholders]
+            if held:
+                # re's parser merges one-character branches into a set: (LITERAL u_T | ...)
+                rest = [(o, a) for o, a in items if not (o is C.LITERAL and a in self.placeholders)]
+                if rest and rest[0][0] is C.NEGATE:
+                    raise AssertionError("a negated set holding a placeholder")
+                ivs = _charset(tuple(rest), flags) if rest else ()
+                return _normalize([*ivs, *(iv for s in held for iv in s)])
+        if op is C.LITERAL:
+            return _charset(((C.LITERAL, av),), flags)
+        if op is C.NOT_LITERAL:
+            return _complement(_charset(((C.LITERAL, av),), flags))
+        if op is C.ANY:
+            return ((0, MAXCP),) if flags & C.SRE_FLAG_DOTALL else _complement(((10, 10),))
+        if op is C.IN:
+            return _charset(tuple(av), flags)
+        if op is C.SUBPATTERN and len(av[3]) == 1:
+            (sop, sav), = av[3]
+            return self.char_set(sop, sav, (flags | av[1]) & ~av[2])
+        return None
+
+    def single(self, seq, flags: int) -> Intervals | None:
+        """The set S when the sequence ``seq`` is one one-character item, else None."""
+        items = list(seq)
+        return self.char_set(*items[0], flags) if len(items) == 1 else None
+
+    def atomic(self, op, av, cur: int, flags: int, pattern: str) -> int:
+        """Atomic groups and possessive repeats, where the cut provably keeps the language:
+
+        - S{m,n}+ and (?>S{m,n}) for one character set S: the repeat takes min(n, run of S)
+          characters, i.e. all n of them, or fewer with no S next: S{n} | S{m,n-1}(?![S]);
+        - (?>S{m,n}?): the lazy repeat commits to its fewest, S{m};
+        - (?>X) where every match of X has one length (no lookarounds, no backreferences): then
+          at most one match of X starts a given text, so the cut never removes an alternative.
+        Anything else stays unsupported.
+        """
+        what = "possessive repeat" if op is C.POSSESSIVE_REPEAT else "atomic group"
+        if op is C.POSSESSIVE_REPEAT:
+            lo, hi, sub = av
+            s = self.single(sub, flags)
+            if s is not None:
+                return self.possessive(cur, s, lo, hi)
+        else:
+            items = list(av)
+            if len(items) == 1 and items[0][0] in (C.MAX_REPEAT, C.POSSESSIVE_REPEAT, C.MIN_REPEAT):
+                rop, (lo, hi, sub) = items[0]
+                s = self.single(sub, flags)
+                if s is not None and rop is C.MIN_REPEAT:
+                    for _ in range(lo):
+                        cur = self.char(cur, s)
+                    return cur
+                if s is not None:
+                    return self.possessive(cur, s, lo, hi)
+            wlo, whi = av.getwidth()
+            if wlo == whi and _no_lookarounds(items):
+                return self.build(items, cur, flags, pattern)
+        raise UnsupportedRegex(f"regex {pattern!r} uses a {what} whose cut this automaton "
+                               "cannot express")
+
+    def possessive(self, cur: int, s: Intervals, lo: int, hi: int) -> int:
+        """S{lo,hi}+ : S{hi} | S{lo,hi-1} followed by a guard that the next character is not in S."""
+        end = self.new()
+        if hi is not C.MAXREPEAT:
+            a = cur
+            for _ in range(hi):
+                a = self.char(a, s)
+            self.eps[a].append((None, end))
+            if hi == lo:
+                return end
+        b = cur
+        for _ in range(lo):
+            b = self.char(b, s)
+        if hi is C.MAXREPEAT:
+            loop = self.new()
+            self.eps[b].append((None, loop))
+            if s:
+                self.chars[loop].append((self.set_id(s), loop))
+            b = loop
+        else:
+            opt = self.new()
+            for _ in range(hi - 1 - lo):
+                self.eps[b].append((None, opt))
+                b = self.char(b, s)
+            self.eps[b].append((None, opt))
+            b = opt
+        self.has_assertions = True
+        self.eps[b].append((("NX", self.set_id(s), False), end))
+        return end
+
+    def lookbehind(self, body, positive: bool, cur: int, flags: int, pattern: str) -> int:
+        """A guard that holds where the text so far is in L((?s:.*)B) (or is not, for (?<!B)).
+
+        B is read as a full match ending here, so anchors inside B that look at the next
+        character ($, \\Z, \\b, \\B) would see the end of the prefix instead: those stay
+        unsupported, as do lookarounds and backreferences inside B.
+        """
+        if not _lookbehind_body_ok(body):
+            raise UnsupportedRegex(f"regex {pattern!r} uses a lookbehind whose body has "
+                                   "lookarounds, backreferences or end anchors")
+        sub = _NFA(pattern, self.placeholders)
+        loop = sub.new()
+        sub.chars[loop].append((sub.set_id(((0, MAXCP),)), loop))
+        final = sub.build(body, loop, flags, pattern)
+        self.lookbehinds.append((ByteDFA(sub, loop, final), positive))
+        self.has_assertions = True
+        dst = self.new()
+        self.eps[cur].append((("LB", len(self.lookbehinds) - 1, positive), dst))
+        return dst
+
+    def lookahead(self, body, positive: bool, cur: int, flags: int, pattern: str) -> int:
+        """A lookahead (?=C) / (?!C) that nothing after it consumes: it is only ever asked at the
+        end of the text, where it holds iff C matches the empty string there (anchors in C see the
+        previous character and the end). Where text could follow it, it is unsupported; that is
+        checked once the whole NFA is built (``check_lookaheads``)."""
+        if not _no_lookarounds(body):
+            raise UnsupportedRegex(f"regex {pattern!r} uses a lookahead holding lookarounds or "
+                                   "backreferences")
+        sub = _NFA(pattern, self.placeholders)
+        start = sub.new()
+        final = sub.build(body, start, flags, pattern)
+        self.lookaheads.append((sub, start, final, positive))
+        self.has_assertions = True
+        dst = self.new()
+        self.eps[cur].append((("LA", len(self.lookaheads) - 1, positive), dst))
+        self._la_edges.append(dst)
+        return dst
+
+    def check_lookaheads(self) -> None:
+        """Every lookahead's target must reach no character edge (then only the end sees it)."""
+        for dst in self._la_edges:
+            seen, stack = {dst}, [dst]
+            while stack:
+                q = stack.pop()
+                if self.chars[q]:
+                    raise UnsupportedRegex(f"regex {self.pattern!r} uses a lookahead that text "
+                                           "can follow, which this automaton cannot express")
+                for _, t in self.eps[q]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+
+
+def _no_lookarounds(seq) -> bool:
+    for op, av in seq:
+        if op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS):
+            return False
+        if op is C.SUBPATTERN and not _no_lookarounds(av[3]):
+            return False
+        if op is C.BRANCH and not all(_no_lookarounds(alt) for alt in av[1]):
+            return False
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and not _no_lookarounds(av[2]):
+            return False
+        if op is C.ATOMIC_GROUP and not _no_lookarounds(av):
+            return False
+    return True
+
+
+def _lookbehind_body_ok(seq) -> bool:
+    for op, av in seq:
+        if op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS):
+            return False
+        if op is C.AT and av not in (C.AT_BEGINNING, C.AT_BEGINNING_STRING):
+            return False
+        if op is C.SUBPATTERN and not _lookbehind_body_ok(av[3]):
+            return False
+        if op is C.BRANCH and not all(_lookbehind_body_ok(alt) for alt in av[1]):
+            return False
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and not _lookbehind_body_ok(av[2]):
+            return False
+        if op is C.ATOMIC_GROUP and not _lookbehind_body_ok(av):
+            return False
+    return True
+
+
+def _empty_at_end(sub: "_NFA", start: int, final: int, prev) -> bool:
+    """Does C match the empty string at the end of the text, after a character of kind prev?"""
+    seen, stack = {start}, [start]
+    while stack:
+        q = stack.pop()
+        if q == final:
+            return True
+        for kind, t in sub.eps[q]:
+            if kind is None or kind == DOLLAR or _holds(kind, prev, None):
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+    return False
 
 
 # ---------------------------------------------------------------------------- the automaton
@@ -337,6 +569,10 @@ class ByteDFA:
         if self._has_at:
             # anchors need to know newlines and word characters
             sets += [((10, 10),), _category("\\w", False), _category("\\w", True)]
+        self._lbs = nfa.lookbehinds
+        for lb, _ in self._lbs:
+            # classes refine every lookbehind automaton's classes, so one step drives both
+            sets += list(lb._nfa.sets)
         self._classify(sets, len(nfa.sets))
         # character-level DFA: states are (kernel, kind of previous char or None at start)
         self._cstates: list[tuple[frozenset, Kind | None]] = []
@@ -350,8 +586,13 @@ class ByteDFA:
         self._trans: list[list[int]] = []
         self._accept: list[bool | None] = []
         self._coreach = None if self._has_at else self._coreachable()
-        init = self._cid(frozenset({(start, 0)}), None if self._has_at else ())
+        lbs = tuple(lb._bstates[lb.start][0] for lb, _ in self._lbs)
+        init = self._cid(frozenset({(start, 0)}), None if self._has_at else (), lbs)
         self.start: int = self._bid(init, ())
+        if self._has_at:
+            # explores every reachable state now, so that a blow-up is found while compiling
+            # (RegexTooLarge) and never in the middle of generation
+            self._live(init)
 
     # -- classes of code points that every set treats alike
     def _classify(self, sets: list[Intervals], n_nfa_sets: int) -> None:
@@ -386,6 +627,10 @@ class ByteDFA:
                 self._class_kind[k] = (bool(mask >> nl & 1), bool(mask >> wu & 1),
                                        bool(mask >> wa & 1))
         self._n_classes = len(ids)
+        self._class_rep = [0] * len(ids)
+        for start, k in zip(reversed(bounds), reversed(iv_class)):
+            if k >= 0:
+                self._class_rep[k] = start
         self._ascii_class = [self._class_of(b) for b in range(128)]
 
     def _class_of(self, cp: int) -> int:
@@ -397,33 +642,38 @@ class ByteDFA:
         return {k for k in self._iv_class[i:j + 1] if k >= 0}
 
     # -- character-level DFA
-    def _cid(self, kernel: frozenset, prev: Kind | None) -> int:
+    def _cid(self, kernel: frozenset, prev: Kind | None, lbs: tuple = ()) -> int:
         if not kernel:
             return DEAD
-        key = (kernel, prev)
+        key = (kernel, prev, lbs)
         sid = self._cids.get(key)
         if sid is None:
+            if len(self._cstates) >= MAX_DFA_STATES:
+                raise RegexTooLarge(f"regex {self._nfa.pattern!r} needs more than "
+                                    f"{MAX_DFA_STATES} automaton states")
             sid = self._cids[key] = len(self._cstates)
             self._cstates.append(key)
         return sid
 
-    def _closure(self, sid: int, nxt: Kind | None) -> frozenset:
+    def _closure(self, sid: int, k: int | None) -> frozenset:
         """Epsilon closure of a state's kernel, anchors judged with the next char's kind.
 
         Elements are (nfa state, flag): flag 1 means the rest of the text must be exactly
         "\\n" (a ``$`` passed before a final newline), flag 2 that the text must end here.
         """
-        key = (sid, nxt)
+        key = (sid, k)
+        nxt = None if k is None else self._class_kind[k]
         got = self._closures.get(key)
         if got is not None:
             return got
-        kernel, prev = self._cstates[sid]
+        kernel, prev, lbs = self._cstates[sid]
         eps = self._nfa.eps
         seen = set(kernel)
         stack = list(kernel)
         while stack:
             q, flag = stack.pop()
             ahead = None if flag == 2 else _NEWLINE if flag == 1 else nxt
+            ahead_k = None if flag == 2 else self._ascii_class[10] if flag == 1 else k
             for kind, dst in eps[q]:
                 if kind is None:
                     item = (dst, flag)
@@ -434,6 +684,24 @@ class ByteDFA:
                         item = (dst, 1)
                     else:
                         continue
+                elif type(kind) is tuple and kind[0] == "NX":
+                    # the next character is (is not) in one of the NFA's sets
+                    inside = ahead_k is not None and bool(self._class_mask[ahead_k] >> kind[1] & 1)
+                    if inside != kind[2]:
+                        continue
+                    item = (dst, flag)
+                elif type(kind) is tuple and kind[0] == "LA":
+                    if ahead is not None:
+                        continue  # nothing after it consumes: only the end can see it
+                    sub, s0, f0, positive = self._nfa.lookaheads[kind[1]]
+                    if _empty_at_end(sub, s0, f0, prev) != positive:
+                        continue
+                    item = (dst, flag)
+                elif type(kind) is tuple:
+                    lb, positive = self._lbs[kind[1]]
+                    if lb._caccepts(lbs[kind[1]]) != positive:
+                        continue
+                    item = (dst, flag)
                 elif _holds(kind, prev, ahead):
                     item = (dst, flag)
                 else:
@@ -454,14 +722,18 @@ class ByteDFA:
         mask = self._class_mask[k]
         chars = self._nfa.chars
         new = set()
-        for q, flag in self._closure(sid, kind):
+        for q, flag in self._closure(sid, k if self._has_at else None):
             if flag == 2 or (flag == 1 and not is_nl):
                 continue
             nflag = 2 if flag == 1 else 0
             for m, dst in chars[q]:
                 if mask >> m & 1:
                     new.add((dst, nflag))
-        got = self._cdelta[key] = self._cid(frozenset(new), kind if self._has_at else ())
+        lbs = self._cstates[sid][2]
+        if lbs:
+            rep = self._class_rep[k]
+            lbs = tuple(lb._cstep(s, lb._class_of(rep)) for (lb, _), s in zip(self._lbs, lbs))
+        got = self._cdelta[key] = self._cid(frozenset(new), kind if self._has_at else (), lbs)
         return got
 
     def _caccepts(self, sid: int) -> bool:
@@ -607,6 +879,119 @@ class ByteDFA:
         return len(self._bstates)
 
 
+def check_flags(flags: int) -> int:
+    """``flags`` as an int, if it is a combination of ``RE_FLAGS`` (re's values); else an error.
+
+    The ``regex`` package's own flag values differ (its VERSION1 is re's ASCII), so its
+    VERSION1 and other extras are asked for inside the pattern: ``(?V1)``.
+    """
+    if isinstance(flags, bool) or not isinstance(flags, int):
+        raise TypeError(f"regex flags must be an int of re flags (e.g. re.IGNORECASE), "
+                        f"got {type(flags).__name__} {flags!r}")
+    flags = int(flags)
+    if flags & re.LOCALE:
+        raise ValueError("regex flag re.LOCALE is for bytes patterns; patterns here are str")
+    bad = flags & ~RE_FLAGS
+    if bad or flags < 0:
+        raise ValueError(f"unknown regex flags {bad if flags >= 0 else flags:#x} in {flags:#x}: "
+                         "use re.IGNORECASE, MULTILINE, DOTALL, VERBOSE, ASCII or UNICODE")
+    return flags
+
+
+def _to_regex_package_flags(flags: int) -> int:
+    """re's flag values as the ``regex`` package numbers them (only ASCII differs)."""
+    import regex
+
+    out = flags & ~re.ASCII
+    return out | regex.ASCII if flags & re.ASCII else out
+
+
+#: largest pattern handed to the `regex` package, in repeat-unrolled atoms (``unrolled_size``):
+#: its compiler unrolls counted repeats, about 0.3 s and 100 MB per million
+MAX_UNROLLED = 1_000_000
+
+_REPEAT = re.compile(r"\{(\d*)(?:,(\d*))?\}")
+
+
+def unrolled_size(pattern: str) -> int:
+    """An upper bound on the atoms of ``pattern`` once counted repeats are unrolled.
+
+    size(atom) = 1, size(group) = size of its body, size(x{m,n}) = size(x) * max(m, n, 1),
+    summed over sequences and alternatives; escapes and sets count as one atom each.
+    """
+    stack: list[list[int]] = [[]]  # per open group: sizes of its items so far
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            j = i + 2
+            if j <= n and pattern[i + 1] in "pPNxuUg" and j < n and pattern[j] in "{<":
+                close = pattern.find("}" if pattern[j] == "{" else ">", j)
+                j = n if close < 0 else close + 1
+            stack[-1].append(1)
+            i = j
+        elif ch == "[":
+            depth, j = 1, i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and depth:
+                if pattern[j] == "\\":
+                    j += 1
+                elif pattern[j] == "[":
+                    depth += 1
+                elif pattern[j] == "]":
+                    depth -= 1
+                j += 1
+            stack[-1].append(1)
+            i = j
+        elif ch == "(":
+            stack.append([])
+            i += 1
+        elif ch == ")" and len(stack) > 1:
+            body = stack.pop()
+            stack[-1].append(sum(body))
+            i += 1
+        elif ch == "{" and (m := _REPEAT.match(pattern, i)) and stack[-1]:
+            counts = [int(g) for g in m.groups() if g]
+            stack[-1][-1] *= max(counts + [1])
+            i = m.end()
+        else:
+            stack[-1].append(1)
+            i += 1
+    while len(stack) > 1:
+        body = stack.pop()
+        stack[-1].append(sum(body))
+    return sum(stack[0])
+
+
+def regex_package_compile(pattern: str, flags: int = 0):
+    """``regex.compile`` of a pattern given with re's ``flags``; InvalidRegex if it rejects it.
+
+    A pattern neither package accepts gets the ``regex`` package's message and position (re's
+    when regex's has none). An inline ``(?L)`` is refused as re refuses it for str patterns.
+    """
+    import regex
+
+    flags = check_flags(flags)
+    size = unrolled_size(pattern)
+    if size > MAX_UNROLLED:
+        raise RegexTooLarge(f"regex {pattern!r} is too large: about {size} characters once its "
+                            f"repeats are unrolled (the limit is {MAX_UNROLLED})")
+    try:
+        rx = regex.compile(pattern, _to_regex_package_flags(flags))
+    except regex.error as err:
+        raise InvalidRegex(pattern, err.msg, err.pos) from None
+    except (ValueError, OverflowError, TypeError) as err:
+        raise InvalidRegex(pattern, str(err), None) from None
+    if rx.flags & regex.LOCALE:
+        where = pattern.find("L")
+        raise InvalidRegex(pattern, "cannot use the LOCALE flag (?L) with a str pattern",
+                           where if where >= 0 else None)
+    return rx
+
+
 def parse_flags(pattern: str, flags: int) -> tuple[object, int]:
     """``re``'s parse tree of ``pattern`` and its global flags; InvalidRegex on bad syntax."""
     if not isinstance(pattern, str):
@@ -620,33 +1005,67 @@ def parse_flags(pattern: str, flags: int) -> tuple[object, int]:
     return tree, tree.state.flags
 
 
-def compile_regex(pattern: str, flags: int = 0) -> ByteDFA:
-    """The byte automaton of ``{s.encode() : re.fullmatch(pattern, s, flags)}``.
+def compile_regex(pattern: str, flags: int = 0, *, lookaround: bool = False) -> ByteDFA:
+    """The byte automaton of ``{s.encode() : fullmatch(pattern, s, flags)}`` (module docstring).
 
-    Raises InvalidRegex (a ValueError naming re's message and position) for invalid syntax,
-    UnsupportedRegex (a ValueError) for lookarounds, backreferences, conditionals, atomic groups
-    and possessive repeats, and for syntax only the ``regex`` package knows (e.g. ``\\p{L}``).
+    Args:
+        pattern: a regex, ``re`` syntax or, where ``re`` rejects it, the ``regex`` package's.
+        flags: re's flags (``check_flags``).
+        lookaround: build lookbehinds and trailing lookaheads in, reading the pattern as a full
+            match of the whole text (the start and end of the text are what they see). Off by
+            default: a regex matched inside a longer text (a grammar terminal) would see its
+            neighbours instead.
+
+    Raises InvalidRegex (a ValueError naming the problem and its position) for a pattern neither
+    package accepts, UnsupportedRegex (a ValueError) for what is not regular here (lookaheads,
+    backreferences, conditionals, atomic groups, possessive repeats, most regex-only syntax),
+    RegexTooLarge (an UnsupportedRegex) beyond the size limits, TypeError for a non-str pattern.
     """
-    flags = int(flags)
+    flags = check_flags(flags)
     try:
         tree, gflags = parse_flags(pattern, flags)
+        try:
+            # re's compiler rejects some trees its parser builds (variable-width lookbehind)
+            re.compile(pattern, flags)
+        except re.error as e:
+            raise InvalidRegex(pattern, e.msg, e.pos) from None
     except InvalidRegex as err:
-        if not _regex_package_accepts(pattern, flags):
+        try:
+            regex_package_compile(pattern, flags)
+        except InvalidRegex as other:
+            if other.msg != err.msg:
+                raise InvalidRegex(pattern, f"{err.msg}{_at(err.pos)} (re); {other.msg}"
+                                   f"{_at(other.pos)} (regex package)", None) from None
             raise err from None
-        raise UnsupportedRegex(
-            f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks"
-        ) from None
-    nfa = _NFA()
+        return _compile_regex_package_syntax(pattern, flags)
+    return _build(pattern, tree, gflags, {}, lookaround)
+
+
+def _compile_regex_package_syntax(pattern: str, flags: int) -> ByteDFA:
+    """The automaton of a pattern only the ``regex`` package accepts, with regex's meaning."""
+    from potentials.regex_syntax import translate
+
+    unsupported = UnsupportedRegex(
+        f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks")
+    got = translate(pattern, flags)
+    if got is None:
+        raise unsupported
+    rewritten, sets = got
+    try:
+        tree, gflags = parse_flags(rewritten, flags)
+    except InvalidRegex:
+        raise unsupported from None
+    return _build(pattern, tree, gflags, sets)
+
+
+def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals],
+           lookaround: bool = False) -> ByteDFA:
+    nfa = _NFA(pattern, placeholders, lookaround)
     start = nfa.new()
     final = nfa.build(tree.data, start, gflags, pattern)
+    nfa.check_lookaheads()
     return ByteDFA(nfa, start, final)
 
 
-def _regex_package_accepts(pattern: str, flags: int) -> bool:
-    import regex
-
-    try:
-        regex.compile(pattern, flags)
-    except Exception:
-        return False
-    return True
+def _at(pos: int | None) -> str:
+    return f" at position {pos}" if pos is not None else ""

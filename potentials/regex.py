@@ -1,27 +1,51 @@
 """Regex: a Boolean constraint that the text fully matches a Python regular expression.
 
-    complete(x) = 0 if re.fullmatch(pattern, x.decode("utf-8")) else -inf
+    complete(x) = 0 if fullmatch(pattern, x.decode("utf-8")) else -inf
     prefix(x)   = 0 if some byte string y makes complete(x y) = 0 else -inf
 
-Patterns that ``potentials.fsm`` compiles (everything but lookarounds, backreferences,
-conditional groups, atomic groups, possessive repeats and regex-package-only syntax) run on a
-byte automaton: the state is an int, advancing costs O(1) per byte, and ``prefix`` is exact.
+``fullmatch`` is Python ``re``'s where ``re`` accepts the pattern, else the ``regex`` package's
+(VERSION0 unless the pattern or ``flags`` ask for VERSION1); see ``docs/constraints/regex.md``.
 
-Other patterns fall back to the ``regex`` package. Then the state is the bytes so far, advancing
-re-runs ``regex.fullmatch(pattern, text, partial=True)`` on the whole text (O(length), not
-incremental), and ``prefix`` is only approximate: a prefix is kept while ``regex`` says a match
-may still be completed, so a kept prefix can turn out to have no matching completion (it is never
-the other way round in the cases tested). ``complete`` is exact in both modes.
+Patterns that ``potentials.fsm`` compiles run on a byte automaton: the state is an int, advancing
+costs O(1) per byte, and ``prefix`` is exact.
+
+Other patterns (backreferences, recursion, conditionals, lookarounds, atomic groups, ...) fall
+back to the ``regex`` package. Then the state is the bytes so far and advancing asks
+``regex.fullmatch(pattern, text, partial=True)`` about the whole text (O(length), not
+incremental). With t the text of the complete characters and u an incomplete last character:
+
+    viable(t, "") = fullmatch(pattern, t, partial=True) succeeds
+    viable(t, u)  = some character c whose UTF-8 encoding starts with u has viable(t + c, "")
+
+so a fully matching text is extended by a partial character only if some character after it can
+continue the match. ``prefix`` is then as exact as the ``regex`` package's partial matching.
+Every call to ``regex`` runs under a time budget (``timeout`` seconds); a prefix check that runs
+out of it keeps the prefix (a satisfiable prefix is never lost) and a completion check that runs
+out of it rejects the text (an unverified text is never returned); both are counted in
+``budget_exceeded``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+import time
+from typing import Any, Hashable, Iterable
 
 import regex as regex_pkg
 
 from potentials.base import NEG_INF, BytePotential
-from potentials.fsm import InvalidRegex, UnsupportedRegex, _utf8_len, _utf8_range, compile_regex
+from potentials.regex_chars import representatives
+from potentials.fsm import (
+    InvalidRegex,
+    UnsupportedRegex,
+    _utf8_len,
+    _utf8_range,
+    check_flags,
+    compile_regex,
+    regex_package_compile,
+)
+
+#: default time budget (seconds) of one prefix or completion check in fallback mode
+DEFAULT_TIMEOUT = 1.0
 
 
 def split_utf8(data: bytes) -> tuple[str, bytes] | None:
@@ -36,24 +60,34 @@ def split_utf8(data: bytes) -> tuple[str, bytes] | None:
 
 
 class Regex(BytePotential):
-    """Full match of ``pattern`` (Python ``re`` syntax, ``flags`` as in ``re``) over UTF-8 text.
+    """Full match of ``pattern`` over UTF-8 text (``re`` syntax, widened to ``regex``'s).
+
+    Args:
+        pattern: the regular expression, matched against the whole text.
+        flags: an int of ``re`` flags (IGNORECASE, MULTILINE, DOTALL, VERBOSE, ASCII, UNICODE)
+            and the ``regex`` package's VERSION0/VERSION1; anything else is a ValueError.
+        timeout: seconds one check may spend in the ``regex`` package (fallback mode only).
 
     Raises InvalidRegex (a ValueError naming the problem and its position) for a pattern that
-    neither ``re`` nor ``regex`` accepts.
+    neither ``re`` nor ``regex`` accepts, TypeError for a non-str pattern or non-int flags.
     """
 
-    def __init__(self, pattern: str, flags: int = 0):
-        self.pattern, self.flags = pattern, int(flags)
+    def __init__(self, pattern: str, flags: int = 0, timeout: float = DEFAULT_TIMEOUT):
+        self.flags = check_flags(flags)
+        if not isinstance(pattern, str):
+            raise TypeError(f"regex pattern must be a str, got {type(pattern).__name__}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.pattern, self.timeout = pattern, float(timeout)
         self.fallback_reason: str | None = None
+        self.budget_exceeded = 0
+        self._tail_cache: dict[tuple[str, bytes], bool] = {}
         try:
-            self.dfa = compile_regex(pattern, self.flags)
+            self.dfa = compile_regex(pattern, self.flags, lookaround=True)
         except UnsupportedRegex as e:
             self.dfa = None
             self.fallback_reason = str(e)
-            try:
-                self._rx = regex_pkg.compile(pattern, self.flags)
-            except regex_pkg.error as err:
-                raise InvalidRegex(pattern, err.msg, err.pos) from None
+            self._rx = regex_package_compile(pattern, self.flags)
 
     def __repr__(self) -> str:
         return f"Regex({self.pattern!r}{', flags=%d' % self.flags if self.flags else ''})"
@@ -86,10 +120,69 @@ class Regex(BytePotential):
         parts = split_utf8(text)
         if parts is None:
             return None
-        done, tail = parts
-        if not tail and self._rx.fullmatch(done) is not None:
-            return text
-        return text if self._rx.fullmatch(done, partial=True) is not None else None
+        return text if self._viable(*parts) else None
+
+    # -- fallback mode
+    def _partial(self, text: str, deadline: float) -> bool:
+        """regex.fullmatch(pattern, text, partial=True) succeeds; True when out of time."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            self.budget_exceeded += 1
+            return True
+        try:
+            return self._rx.fullmatch(text, partial=True, timeout=left) is not None
+        except TimeoutError:
+            self.budget_exceeded += 1
+            return True
+
+    def _viable(self, done: str, tail: bytes) -> bool:
+        """viable(done, tail) of the module docstring, within one time budget."""
+        deadline = time.monotonic() + self.timeout
+        if not self._partial(done, deadline):
+            return False
+        if not tail:
+            return True
+        key = (done, tail)
+        got = self._tail_cache.get(key)
+        if got is None:
+            got = self._tail_viable(done, tail, deadline)
+            if len(self._tail_cache) > 4096:
+                self._tail_cache.clear()
+            self._tail_cache[key] = got
+        return got
+
+    def _tail_viable(self, done: str, tail: bytes, deadline: float) -> bool:
+        # One representative per class of characters the pattern cannot tell apart, plus the
+        # characters of ``done`` up to case (backreferences compare with them); see
+        # potentials.regex_chars. Without classes every character is tried. Out of time the
+        # prefix is kept, never dropped.
+        lo, hi = _utf8_range(tuple(tail))
+        reps = representatives(self.pattern, lo, hi)
+        # the classes are computed once per pattern (bounded: linear in its atoms); the budget
+        # is for the regex calls
+        deadline = max(deadline, time.monotonic() + self.timeout)
+        if reps is None:
+            cands: Iterable[int] = range(lo, hi + 1)
+        else:
+            seen = set(reps)
+            for ch in set(done):
+                for v in (ch, ch.lower(), ch.upper(), ch.casefold(), ch.title()):
+                    if len(v) == 1 and lo <= ord(v) <= hi:
+                        seen.add(ord(v))
+            cands = sorted(seen)
+        rx = self._rx
+        for k, cp in enumerate(cands):
+            left = deadline - time.monotonic() if k % 256 == 0 else left
+            if left <= 0:
+                self.budget_exceeded += 1
+                return True
+            try:
+                if rx.fullmatch(done + chr(cp), partial=True, timeout=max(left, 1e-3)) is not None:
+                    return True
+            except TimeoutError:
+                self.budget_exceeded += 1
+                return True
+        return False
 
     async def state_prefix(self, state: int | bytes) -> float:
         # advance() only returns live states; only the start may be dead (empty language)
@@ -103,5 +196,11 @@ class Regex(BytePotential):
         if self.dfa is not None:
             return 0.0 if self.dfa.accepts(state) else NEG_INF
         parts = split_utf8(state)
-        ok = parts is not None and not parts[1] and self._rx.fullmatch(parts[0]) is not None
+        if parts is None or parts[1]:
+            return NEG_INF
+        try:
+            ok = self._rx.fullmatch(parts[0], timeout=self.timeout) is not None
+        except TimeoutError:
+            self.budget_exceeded += 1
+            ok = False
         return 0.0 if ok else NEG_INF

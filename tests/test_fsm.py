@@ -143,11 +143,11 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="unterminated character set"):
         compile_regex("[]")
     with pytest.raises(UnsupportedRegex, match="lookaround"):
-        compile_regex(r"a(?=b)")
+        compile_regex(r"a(?=b)b")
     with pytest.raises(UnsupportedRegex, match="backreference"):
         compile_regex(r"(a)\1")
     with pytest.raises(UnsupportedRegex, match="regex"):
-        compile_regex(r"\p{L}")
+        compile_regex(r"(?|(a)|(b))")  # branch reset: regex-package only
     with pytest.raises(TypeError):
         compile_regex(b"a")  # type: ignore[arg-type]
 
@@ -201,3 +201,175 @@ def test_random_patterns_agree_with_re(pattern, flags):
     for n in range(5):
         for chars in itertools.product("ab\né", repeat=n):
             check_string(dfa, rx, "".join(chars))
+
+
+# ---------------------------------------------------------------- regex-package syntax (issue 10)
+
+REGEX_PACKAGE_CASES = [
+    r"\p{L}+", r"\P{Greek}\p{N}?", r"[\p{L}&&[^\p{Lu}]]", r"(?V1)[\p{L}&&[^\p{Lu}]]+",
+    r"(?V1)[\w--[\d_]]{2}", r"[\w--\d]", r"(?V1)[\p{L}--[\p{Lu}--\p{ASCII}]]",
+    r"(?<year>\d{4})-(?<m>\d{2})", r"\p{Emoji}|[\p{Sc}x]", r"(?V1)[\p{Ll}||\d]\s",
+    r"^\p{Lu}(?:[\p{Ll}\-]+)$", r"[^\P{Lu}]", r"\w\s\d", r"(?s:.*)(?:\p{Lu}\d)(?s:.*)",
+]
+_ALPHABET = list("]&[^-aAzZ09_:. \n\x1cɐßΣσéÉ٣ⅫАяあ©€\u0300\u00a0\u2028") + ["\U0001F600", "ǅ"]
+
+
+@pytest.mark.parametrize("pattern", REGEX_PACKAGE_CASES)
+def test_regex_package_syntax_on_the_automaton_agrees_with_regex(pattern):
+    import random
+    import warnings
+
+    import regex
+
+    dfa = compile_regex(pattern)  # no UnsupportedRegex: these are regular
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        rx = regex.compile(pattern)
+    rng = random.Random(0)
+    texts = [a + b for a in _ALPHABET for b in _ALPHABET] + _ALPHABET + [""]
+    texts += ["".join(rng.choice(_ALPHABET) for _ in range(rng.randint(3, 8))) for _ in range(800)]
+    texts += ["2024-01", "ab1", "Ab-c", "a]", "a\n"]
+    for text in texts:
+        assert dfa.fullmatch(text.encode()) == (rx.fullmatch(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"(?i)\p{Lu}", r"\b\p{L}+\b", r"(?x)\p{L} +", r"\p{L}\K\d",
+                                     r"(?<n>a)\g<n>", r"(?|(a)|(b))"])
+def test_regex_package_syntax_with_other_meanings_stays_on_the_fallback(pattern):
+    with pytest.raises(UnsupportedRegex, match="`regex` package"):
+        compile_regex(pattern)
+
+
+# ---------------------------------------------------------------- lookbehind on the automaton
+
+LOOKBEHIND_CASES = [
+    r"(?<!A)B", r"\b\w+(?<!s)\b", r"(?<!\s)\w+", r"(?<![0-9])[a-zA-Z]", r"(?<!000)\d{3}",
+    r"a(?<=a)b", r"(?:a|b)+(?<=ab)c", r"(?<=^)a", r"x*(?<!x)y", r"(?m)\n(?<=^)z?",
+    r"(?i)k+(?<=K)", r".*(?<=é)(?<!\d\d)", r"(?:ab|b)*(?<!aab)b", r"(?<=\Aa)b|a",
+]
+
+
+@pytest.mark.parametrize("pattern", LOOKBEHIND_CASES)
+def test_lookbehind_agrees_with_re(pattern):
+    import random
+
+    dfa = compile_regex(pattern, lookaround=True)
+    rx = re.compile(pattern)
+    rng = random.Random(1)
+    alphabet = "aAbBsxyz0 \nédlngiukKé1"
+    texts = ["".join(c) for n in range(4) for c in itertools.product("abs0 é", repeat=n)]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9))) for _ in range(1500)]
+    texts += ["walking", "sing", "000", "123", "xy", "aabb", "abb", "kK", "aé", "a12é", "ab"]
+    for text in texts:
+        assert dfa.fullmatch(text.encode()) == (rx.fullmatch(text) is not None), (pattern, text)
+    for text in texts:  # liveness: a matching text's prefixes are all alive
+        if rx.fullmatch(text):
+            q = dfa.start
+            for b in text.encode():
+                q = dfa.step(q, b)
+                assert q is not None, (pattern, text)
+
+
+def test_lookbehind_exact_dead_ends():
+    dfa = compile_regex(r"\w+(?<!s)", lookaround=True)
+    q = dfa.walk(dfa.start, b"bus")
+    assert q is not None and not dfa.accepts(q)  # "bus" may still grow: "bust"
+    dfa = compile_regex(r"\d{3}(?<!000)", lookaround=True)
+    assert dfa.walk(dfa.start, b"000") is None   # no continuation can fix it
+    assert dfa.walk(dfa.start, b"00") is not None
+
+
+@pytest.mark.parametrize("pattern", [r"(?<!\bun)able", r"(?<=a$)", r"(?<=(a)\1)b", r"(?<=a(?=b))b"])
+def test_lookbehind_bodies_that_read_past_their_end_stay_unsupported(pattern):
+    with pytest.raises(UnsupportedRegex):
+        compile_regex(pattern, lookaround=True)
+
+
+def test_variable_width_lookbehind_is_regex_package_syntax():
+    # re's parser builds the tree but its compiler refuses it: regex's meaning, not re's
+    with pytest.raises(UnsupportedRegex, match="`regex` package"):
+        compile_regex(r"\w+(?<!ing|ed)")
+
+
+# ---------------------------------------------------------------- lookahead at the end of the text
+
+LOOKAHEAD_CASES = [
+    r"(?<!\d{4}-)(?:\d{4}-){3}(?!\d{4}-)", r"(?<!a)b(?!c)", r"(?<![(])\b\d+\b(?![)])",
+    r"a(?=$)", r"a(?!$)", r"a(?=\b)", r"a(?!\b)", r"\w+(?=\W|$)", r"a(?=b)", r"a$(?!x)",
+    r"a(?=\n?\Z)", r"a(?=a*)|b(?!)", r"a(?:(?!b)|c)", r"(?m)a(?=^)", r"x(?=\B)",
+]
+
+
+@pytest.mark.parametrize("pattern", LOOKAHEAD_CASES)
+def test_trailing_lookahead_agrees_with_re(pattern):
+    import random
+
+    dfa = compile_regex(pattern, lookaround=True)
+    rx = re.compile(pattern)
+    rng = random.Random(1)
+    alphabet = "aAbBsxyz0 \nédlngiukKé1(-)"
+    texts = ["".join(c) for n in range(4) for c in itertools.product("ab0 -\n", repeat=n)]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9))) for _ in range(1500)]
+    texts += ["1234-1234-1234-", "12", "(12)", "a\n", "b"]
+    for text in texts:
+        assert dfa.fullmatch(text.encode()) == (rx.fullmatch(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"(?:a(?=b))+", r"(a|b(?!x))*", r"a(?=b)b", r"a(?=(a)\1)"])
+def test_lookahead_that_text_can_follow_stays_unsupported(pattern):
+    with pytest.raises(UnsupportedRegex, match="lookahead"):
+        compile_regex(pattern, lookaround=True)
+
+
+# ---------------------------------------------------------------- atomic groups, possessive repeats
+
+ATOMIC_CASES = [
+    r"^(?>a{2,4})b$", r"^(?>.*?)a.*$", r"^(?>a+?)b+$", r"^(?>\d{3}-\d{3})$", r"(?>a{1,3}+)b",
+    r"^[a-z]++\d*+$", r"^a?+b$", r"^a{3}+b$", r"(?>a*?)b", r"(?>a?)b", r"(?>a{2}b{3})",
+    r"(?>a{3,5})", r"(?>pattern)", r"(?>(?:a|b)(?>c|d))+", r"^(?>a?+)b$", r"(?>[a-z]{2,5}?)123",
+    r"a*+a", r"a++b", r"[ab]{2,4}+b", r"(?:a|b)*+", r"(?i)K++k?", r"\w++\b", r"x{0}+a",
+    r"(?>[^aeiou]++)(?<!x)",
+]
+
+
+@pytest.mark.parametrize("pattern", ATOMIC_CASES)
+def test_atomic_and_possessive_agree_with_re(pattern):
+    import random
+
+    dfa = compile_regex(pattern, lookaround=True)
+    rx = re.compile(pattern)
+    rng = random.Random(1)
+    texts = ["".join(c) for n in range(6) for c in itertools.product("abK1-", repeat=n)]
+    texts += ["".join(rng.choice("abcdpK k01239-x") for _ in range(rng.randint(0, 10)))
+              for _ in range(1500)]
+    texts += ["aab", "aaab", "aaaab", "123-456", "aaabbb", "pattern", "acbd", "ab123", "zzz"]
+    for text in texts:
+        assert dfa.fullmatch(text.encode()) == (rx.fullmatch(text) is not None), (pattern, text)
+    for text in texts:
+        if rx.fullmatch(text):
+            q = dfa.start
+            for b in text.encode():
+                q = dfa.step(q, b)
+                assert q is not None, (pattern, text)
+
+
+def test_possessive_dead_end_is_found_at_once():
+    dfa = compile_regex(r"a*+a")  # the possessive star leaves no `a` for the end: empty language
+    assert dfa.is_empty
+    dfa = compile_regex(r"(?>a{1,3}+)b")
+    assert dfa.walk(dfa.start, b"aaaa") is None  # the group took three, the fourth is not b
+
+
+@pytest.mark.parametrize("pattern", [r"(?>a|ab|abc)+", r"(?>a++|b++|c++)", r"(?>abc|ab|a)123"])
+def test_atomic_groups_whose_cut_matters_stay_unsupported(pattern):
+    with pytest.raises(UnsupportedRegex, match="atomic group"):
+        compile_regex(pattern, lookaround=True)
+
+
+def test_lookarounds_only_on_request():
+    # a grammar terminal is matched inside a longer text: its lookarounds would see neighbours
+    with pytest.raises(UnsupportedRegex, match="lookaround"):
+        compile_regex(r"a(?=b)")
+    with pytest.raises(UnsupportedRegex, match="lookaround"):
+        compile_regex(r"(?<!x)a")
+    assert compile_regex(r"(?<!x)a", lookaround=True).fullmatch(b"a")
