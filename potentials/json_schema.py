@@ -1,11 +1,12 @@
-"""JSON Schema (Draft 2020-12) as a Boolean byte potential.
+"""JSON Schema (drafts 4, 6, 7, 2019-09 and 2020-12) as a Boolean byte potential.
 
     complete(x) = 0  iff  x is UTF-8 JSON text (RFC 8259) in the chosen whitespace style, without
                           duplicate object keys or unpaired surrogate escapes, and
-                          Draft202012Validator(schema, format_checker=FORMAT_CHECKER) accepts
-                          json.loads(x); else -inf. (Patterns Python's re cannot compile but the
-                          regex package can, such as \\p{Letter}, are searched with regex:
-                          potentials.json_patterns.)
+                          V(schema, format_checker=V.FORMAT_CHECKER) accepts json.loads(x), V the
+                          jsonschema validator of the draft the schema's ``$schema`` declares
+                          (2020-12 when none); else -inf. Patterns are searched with the regex
+                          package in bounded time (potentials.json_patterns): a search past its
+                          time limit fails the document.
     prefix(x)   = 0  iff  the incremental recognizer (potentials.json_machine) is still alive
 """
 
@@ -19,7 +20,8 @@ from jsonschema.exceptions import SchemaError
 from potentials.base import NEG_INF, BytePotential
 from potentials.json_clauses import Schemas
 from potentials.json_machine import Machine
-from potentials.json_patterns import SCHEMA_FORMATS, Validator, same_dialect
+from potentials.json_drafts import DEFAULT, VALIDATORS, draft_of, strip_declarations
+from potentials.json_patterns import SCHEMA_FORMATS
 
 #: transitions remembered per potential before the table is cleared
 MEMO_LIMIT = 200_000
@@ -43,7 +45,14 @@ class JSONState:
 
 
 class JSONSchema(BytePotential[JSONState]):
-    """Documents valid under a Draft 2020-12 JSON Schema, checked byte by byte.
+    """Documents valid under a JSON Schema, checked byte by byte.
+
+    The draft is the one the root's ``$schema`` names (drafts 4, 6, 7, 2019-09, 2020-12; none:
+    2020-12; any other: ValueError); a subschema declaring another draft follows that draft.
+    Facts are drawn from each draft's keywords (``id``/``$id``, ``definitions``, array-form
+    ``items`` with ``additionalItems``, ``$ref`` overriding its siblings up to draft 7,
+    ``$recursiveRef``), and scalar and final checks run that draft's validator
+    (potentials.json_drafts).
 
     Args:
         schema: the schema, as a dict, a boolean, or JSON text.
@@ -92,11 +101,22 @@ class JSONSchema(BytePotential[JSONState]):
             raise TypeError(
                 f"schema must be a dict, a bool or JSON text, not {type(schema).__name__}"
             )
+        lookup = None if registry is None else registry.contents
+        draft = DEFAULT
+        if isinstance(schema, dict) and "$schema" in schema:
+            draft = draft_of(schema["$schema"], lookup=lookup)
+        cls = VALIDATORS[draft]
         try:
-            Validator.check_schema(schema, format_checker=SCHEMA_FORMATS)
+            cls.check_schema(schema, format_checker=SCHEMA_FORMATS)
+            stripped = strip_declarations(schema, draft, lookup)
         except SchemaError as err:
             where = "/".join(str(p) for p in err.path) or "(root)"
-            raise ValueError(f"invalid JSON Schema at {where}: {err.message}") from None
+            raise ValueError(f"invalid JSON Schema ({draft}) at {where}: {err.message}") from None
+        except RecursionError:
+            raise ValueError(
+                f"schema is nested too deeply ({_depth(schema)} levels): checking it against "
+                f"the {draft} metaschema exceeds Python's recursion limit"
+            ) from None
         if whitespace == "compact":
             limit: int | None = 0
         elif whitespace == "flexible":
@@ -107,15 +127,26 @@ class JSONSchema(BytePotential[JSONState]):
             raise ValueError(
                 f'whitespace must be "compact", "flexible" or an int >= 0, not {whitespace!r}'
             )
-        kwargs = {"format_checker": Validator.FORMAT_CHECKER}
+        kwargs = {"format_checker": cls.FORMAT_CHECKER}
         if registry is not None:
             kwargs["registry"] = registry
         self.schema = schema
         self.whitespace = whitespace
-        self.validator = Validator(same_dialect(schema), **kwargs)
-        self.schemas = Schemas(self.validator.schema, self.validator)
-        self.schemas.check_refs()
-        self.machine = Machine(self.schemas.expand([self.schemas.root]), limit)
+        self.draft = draft
+        self.validator = cls(stripped, **kwargs)
+
+        def make(other: str) -> Any:  # for a nested subschema declaring another draft
+            fmt = VALIDATORS[other].FORMAT_CHECKER
+            return VALIDATORS[other](stripped, **{**kwargs, "format_checker": fmt})
+
+        try:
+            self.schemas = Schemas(self.validator.schema, self.validator, draft, make)
+            self.schemas.check_refs()
+            self.machine = Machine(self.schemas.expand([self.schemas.root]), limit)
+        except RecursionError:
+            raise ValueError(
+                f"schema is nested too deeply ({_depth(schema)} levels) to compile"
+            ) from None
         self._memo: dict = {}
         self._canon: dict = {}
         self._initial = JSONState(self.machine.initial(), None)
@@ -165,9 +196,23 @@ class JSONSchema(BytePotential[JSONState]):
             return False
         try:
             value = json.loads(state.text())
-        except ValueError:  # e.g. an integer beyond Python's digit limit
-            return False
+        except (ValueError, RecursionError):  # an integer beyond Python's digit limit, or
+            return False  # nesting deeper than json's recursion limit
         try:
             return self.validator.is_valid(value)
         except Exception:  # the validator itself cannot decide (e.g. a regex it cannot run)
             return False
+
+
+def _depth(schema: Any) -> int:
+    """The nesting depth of a JSON value (iteratively: it is called on values too deep to
+    recurse over)."""
+    deepest, todo = 0, [(schema, 1)]
+    while todo:
+        v, d = todo.pop()
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            todo += [(x, d + 1) for x in v.values()]
+        elif isinstance(v, list):
+            todo += [(x, d + 1) for x in v]
+    return deepest
