@@ -114,8 +114,8 @@ class JSONSchema(BytePotential[JSONState]):
             raise ValueError(f"invalid JSON Schema ({draft}) at {where}: {err.message}") from None
         except RecursionError:
             raise ValueError(
-                f"schema is nested too deeply ({_depth(schema)} levels): checking it against "
-                f"the {draft} metaschema exceeds Python's recursion limit"
+                f"schema is nested too deeply (JSON nesting depth {_depth(schema)}): checking it "
+                f"against the {draft} metaschema exceeds Python's recursion limit"
             ) from None
         if whitespace == "compact":
             limit: int | None = 0
@@ -145,7 +145,7 @@ class JSONSchema(BytePotential[JSONState]):
             self.machine = Machine(self.schemas.expand([self.schemas.root]), limit)
         except RecursionError:
             raise ValueError(
-                f"schema is nested too deeply ({_depth(schema)} levels) to compile"
+                f"schema is nested too deeply (JSON nesting depth {_depth(schema)}) to compile"
             ) from None
         self._memo: dict = {}
         self._canon: dict = {}
