@@ -20,6 +20,7 @@ when the container opens) and key restrictions (the names an object with
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -36,6 +37,12 @@ INF = float("inf")
 
 # keywords a scalar can fail that no clause fact enforces (beyond the per-type ones below)
 _LOOSE_ANY = frozenset({"oneOf", "not", "if", "$dynamicRef", "$recursiveRef", "format"})
+# keywords about a whole object or array that no clause fact enforces: checked when it closes
+_LOOSE_CONTAINER = frozenset(
+    {"oneOf", "not", "if", "uniqueItems", "contains", "minContains", "maxContains",
+     "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedItems",
+     "unevaluatedProperties", "$recursiveRef"}
+)
 _LOOSE_NUMBER = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "enum", "const"}
 )
@@ -232,6 +239,14 @@ class Clause:
         return self._memo(("check", kind), lambda: self._needs_check(kind))
 
     def _needs_check(self, kind: str) -> tuple:
+        if kind in ("object", "array"):
+            if self.schemas.dynamic:
+                return ()  # out of context only scalar keywords are checked: nothing to add
+            return tuple(
+                m for m in self.members
+                if isinstance(m, Node)
+                and (m in self.loose or not _LOOSE_CONTAINER.isdisjoint(m.contents))
+            )
         out = []
         for m in self.members:
             if isinstance(m, Const):
@@ -262,6 +277,15 @@ class Clause:
             if not self.schemas.member_accepts(m, value):
                 return False
         return True
+
+    def container_ok(self, kind: str, text: bytes) -> bool:
+        """Does the finished container ``text`` (an object or array, as JSON bytes) satisfy the
+        members whose container keywords no fact enforces? (Undecidable here: True.)"""
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):  # huge integers, deep nesting: left to complete
+            return True
+        return self.scalar_ok(kind, value)
 
     # ------------------------------------------------------------------ objects
     @property

@@ -28,12 +28,13 @@ MEMO_LIMIT = 200_000
 
 
 class JSONState:
-    """Recognizer configurations plus the text read so far (a persistent list of chunks)."""
+    """Recognizer configurations plus the text read so far (a persistent list of chunks) and
+    its length in bytes."""
 
-    __slots__ = ("configs", "chunks")
+    __slots__ = ("configs", "chunks", "size")
 
-    def __init__(self, configs: frozenset, chunks: tuple | None):
-        self.configs, self.chunks = configs, chunks
+    def __init__(self, configs: frozenset, chunks: tuple | None, size: int = 0):
+        self.configs, self.chunks, self.size = configs, chunks, size
 
     def text(self) -> bytes:
         parts = []
@@ -163,18 +164,27 @@ class JSONSchema(BytePotential[JSONState]):
         if len(memo) > MEMO_LIMIT:
             memo.clear()
             self._canon.clear()
-        for b in data:
+        for i, b in enumerate(data):
             key = (configs, b)
-            nxt = memo.get(key)
-            if nxt is None:
+            got = memo.get(key)
+            if got is None:
                 nxt = self.machine.step(configs, b) if configs else configs
                 # one object per distinct set of configurations: later lookups keyed by it then
                 # match by identity instead of comparing stacks frame by frame
-                nxt = memo[key] = self._canon.setdefault(nxt, nxt)
+                nxt = self._canon.setdefault(nxt, nxt)
+                got = memo[key] = (nxt, self.machine.pending(nxt))
+            nxt, pending = got
+            if pending:  # a checked container opened or closed at this byte
+                nxt = self.machine.settle(
+                    nxt, state.size + i, lambda: state.text() + bytes(data[: i + 1])
+                )
+                nxt = self._canon.setdefault(nxt, nxt)
             if not nxt:
                 return None
             configs = nxt
-        return JSONState(configs, (bytes(data), state.chunks) if data else state.chunks)
+        if not data:
+            return JSONState(configs, state.chunks, state.size)
+        return JSONState(configs, (bytes(data), state.chunks), state.size + len(data))
 
     def mask_key(self, state: JSONState) -> frozenset:
         """The recognizer configurations: advance reads nothing else (the text is for

@@ -84,6 +84,9 @@ async def valid(schema, text: str) -> bool:
         (TREE2019, '{"v": 1, "kids": [{"v": 2, "kids": [{"w"', False),  # $recursiveRef
         (TREE2019, '{"v": 1, "kids": [{"v": 2, "kids": [{"v"', True),
         ({"$schema": D7, "type": "string", "format": "ipv4"}, '"1.2.3"', False),
+        # draft-4 dependencies: decided when the object closes
+        ({"$schema": D4, "items": {"dependencies": {"a": ["b"]}}}, '[{"a": 1}', False),
+        ({"$schema": D4, "items": {"dependencies": {"a": ["b"]}}}, '[{"a": 1, "b": 1}', True),
         # a subschema declaring another draft follows that draft
         ({"properties": {"a": {"$schema": D4, "type": "integer"}}}, '{"a": 1.0,', False),
         ({"properties": {"a": {"type": "integer"}}}, '{"a": 1.0,', True),  # 2020-12: 1.0 ok
