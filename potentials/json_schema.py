@@ -71,16 +71,20 @@ class JSONSchema(BytePotential[JSONState]):
     ``allOf``, and ``anyOf``/``oneOf`` read as disjunctions. When a string, number, ``true``,
     ``false`` or ``null`` ends, it is validated against every schema that applies to it, so
     ``format``, numeric bounds, ``multipleOf``, ``not``, ``if``/``then``/``else``, ``oneOf``
-    exclusivity and non-regular patterns are exact at that point. Everything else (keywords
-    about whole objects and arrays: ``uniqueItems``, ``contains``, ``dependent*``,
-    ``unevaluated*``, ``not`` and friends on containers, ...) is checked by the validator at
-    ``complete``; no keyword is ignored.
+    exclusivity and non-regular patterns are exact at that point. When an object or array
+    closes, the schemas with keywords about the whole container that no fact enforces
+    (``oneOf`` exclusivity, ``not``, ``if``, ``uniqueItems``, ``contains``, ``dependencies``,
+    ``dependent*``, ``unevaluated*``, disjunctions too wide to split) validate it, so its
+    closing bracket is dead when it fails them. No keyword is ignored: ``complete`` runs the
+    validator on the whole document.
 
     Where prefix viability is approximate (a prefix is kept that can no longer be completed):
     a number is judged only when it ends (``{"a": 15`` stays alive under ``maximum: 9`` until
-    the next byte); object- and array-level keywords above are judged at ``complete``; a key
-    whose value schema is unsatisfiable dies at its closing quote; ``$dynamicRef`` is only
-    checked by the validator. A viable prefix is never rejected.
+    the next byte); container keywords above are judged at the closing bracket; a key whose
+    value schema is unsatisfiable dies at its closing quote; ``$dynamicRef`` (and
+    ``$recursiveRef`` with more than one ``$recursiveAnchor`` in reach) is only checked by the
+    validator at ``complete``. A viable prefix is never rejected. docs/constraints/json-schema.md
+    lists what is decided when, per draft.
 
     Departures from plain ``json.loads`` + validation: duplicate object keys and ``\\u``
     escapes of unpaired surrogates are rejected, and integers too long for Python's ``int``
