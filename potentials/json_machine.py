@@ -139,6 +139,19 @@ class Machine:
         return False
 
     @staticmethod
+    def open_start(configs: frozenset) -> int | None:
+        """The smallest start offset of a checked container open in some configuration."""
+        best = None
+        for node in configs:
+            while node is not None:
+                f = node.frame
+                start = f[6] if f[0] == OBJ else f[5] if f[0] == ARR else None
+                if start is not None and (best is None or start < best):
+                    best = start
+                node = node.parent
+        return best
+
+    @staticmethod
     def settle(configs: frozenset, offset: int, text: Any) -> frozenset:
         """``configs`` after the byte at ``offset``: containers it opened get that offset, and
         containers it closed are decided on their text (``text()``: the document's bytes up

@@ -154,6 +154,7 @@ class JSONSchema(BytePotential[JSONState]):
             ) from None
         self._memo: dict = {}
         self._canon: dict = {}
+        self._starts: dict = {}
         self._initial = JSONState(self.machine.initial(), None)
 
     def __repr__(self) -> str:
@@ -190,10 +191,23 @@ class JSONSchema(BytePotential[JSONState]):
             return JSONState(configs, state.chunks, state.size)
         return JSONState(configs, (bytes(data), state.chunks), state.size + len(data))
 
-    def mask_key(self, state: JSONState) -> frozenset:
-        """The recognizer configurations: advance reads nothing else (the text is for
-        ``complete``), so particles in equal configurations share one lifted mask."""
-        return state.configs
+    def mask_key(self, state: JSONState) -> Any:
+        """The recognizer configurations, plus the text since the first still-open container
+        that is checked when it closes (advance reads that text at its closing bracket, and
+        nothing else of the text), so particles with equal keys share one lifted mask."""
+        start = self._open_start(state.configs)
+        if start is None:
+            return state.configs
+        return (state.configs, state.text()[start:])
+
+    def _open_start(self, configs: frozenset) -> int | None:
+        """The smallest offset at which a checked container still open in ``configs`` starts."""
+        got = self._starts.get(configs, self)
+        if got is self:
+            if len(self._starts) > MEMO_LIMIT:
+                self._starts.clear()
+            got = self._starts[configs] = self.machine.open_start(configs)
+        return got
 
     def plain_text_budget(self, state: JSONState) -> float | None:
         return self.machine.plain_text_budget(state.configs)

@@ -17,6 +17,7 @@ from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft2
 
 from potentials.base import NEG_INF
 from potentials.json_schema import JSONSchema
+from tests.potential_contract import MaskKeyContract, PotentialContract
 
 D4 = "http://json-schema.org/draft-04/schema#"
 D6 = "http://json-schema.org/draft-06/schema#"
@@ -217,3 +218,44 @@ async def test_moderately_deep_schema_works():
     pot = JSONSchema(nested(30))
     doc = '{"a":' * 30 + '"x"' + "}" * 30
     assert await pot.complete(doc.encode()) == 0.0
+
+
+def test_cli_reports_deep_and_unknown_schemas_in_one_line(tmp_path, capsys):
+    """The CLI builds the constraint before loading a model: bad schemas cost no model load."""
+    from smc.cli import main
+
+    for schema, message in ((nested(400), "nested too deeply"),
+                            ({"$schema": "http://json-schema.org/draft-03/schema#"}, "draft-03")):
+        path = tmp_path / "schema.json"
+        path.write_text(json.dumps(schema))
+        assert main(["generate", "--prompt", "x", "--json-schema", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+
+
+class TestDraft4Contract(MaskKeyContract):
+    def potential(self):
+        return JSONSchema(PERSON4, whitespace="flexible")
+
+    def contexts(self):
+        out = {b""}
+        for t in ('{"name": "Bo", "age": 3, "tags": [1, false]}', '{"age": 1.0}',
+                  '{"tags": [1, true, 2]}', '{"x": 1}'):
+            x = t.encode()
+            out.update(x[:i] for i in range(len(x) + 1))
+        return sorted(out)
+
+
+class TestContainerCheckContract(MaskKeyContract):
+    """States carry where checked containers start: advance must stay consistent with it."""
+
+    def potential(self):
+        return JSONSchema({"type": "array", "items": {"type": "array", "uniqueItems": True},
+                           "uniqueItems": True}, whitespace="flexible")
+
+    def contexts(self):
+        out = {b""}
+        for t in ("[[1, 2], [2, 1]]", "[[1, 1]]", "[[1], [1]]", " [ [ ] ]"):
+            x = t.encode()
+            out.update(x[:i] for i in range(len(x) + 1))
+        return sorted(out)
