@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -259,3 +260,24 @@ class TestContainerCheckContract(MaskKeyContract):
             x = t.encode()
             out.update(x[:i] for i in range(len(x) + 1))
         return sorted(out)
+
+
+@pytest.mark.slow
+async def test_embedded_vocabulary_masks_agree_with_brute_force(embedded_lm):
+    """Lifted masks of a draft-4 schema and of a container check (the mask_key then carries
+    the container's text) equal token-by-token advancing over the whole vocabulary."""
+    from tests.test_lift import brute_force
+
+    lm = embedded_lm
+    eos, special = set(lm.eos_token_ids), set(lm.special_token_ids)
+    unique = {"type": "array", "items": {"type": "array", "uniqueItems": True}}
+    for schema, texts in ((PERSON4, ['{"name": "Bo", "', '{"tags": [1', '{"age": 0']),
+                          (unique, ["[[1, 1", "[[1, 2", "[[1, 2], [2, 2"])):
+        byte_pot = JSONSchema(schema, whitespace="flexible")
+        lifted = byte_pot.lift(lm)
+        for text in texts:
+            ctx = tuple(lm.encode(text))
+            ctx_bytes = b"".join(lm.vocab[t] for t in ctx)
+            want = await brute_force(byte_pot, lm.vocab, eos, special, ctx_bytes)
+            got = await lifted.logw_next(ctx)
+            np.testing.assert_array_equal(got, want, err_msg=text)
