@@ -479,8 +479,29 @@ class Schemas:
         if isinstance(sub, bool) or not isinstance(sub, dict):
             return self.node(sub, None, parent.draft)
         draft = draft_of(sub["$schema"], lookup=self._meta) if "$schema" in sub else parent.draft
-        res = parent.resolver.in_subresource(SPECS[draft].create_resource(sub))
+        try:
+            res = parent.resolver.in_subresource(SPECS[draft].create_resource(sub))
+        except (AttributeError, TypeError) as err:
+            # e.g. a non-string "id" in a subschema the metaschema never saw (reached by $ref
+            # through a non-keyword): jsonschema itself would fail on it
+            raise ValueError(
+                f"invalid subschema at {self.path_of(sub)} ({draft}): its identifier cannot be "
+                f"read ({err})"
+            ) from None
         return self.node(sub, res, draft)
+
+    def path_of(self, target: Any) -> str:
+        """Where ``target`` (by identity) sits in the root schema, as a JSON pointer."""
+        todo = [(self.root.raw if isinstance(self.root, Node) else None, "")]
+        while todo:
+            v, path = todo.pop()
+            if v is target:
+                return path or "(root)"
+            if isinstance(v, dict):
+                todo += [(x, f"{path}/{k}") for k, x in v.items()]
+            elif isinstance(v, list):
+                todo += [(x, f"{path}/{i}") for i, x in enumerate(v)]
+        return "(a referenced schema)"
 
     def reference(self, node: Node, ref: str | None = None) -> Node | bool:
         resolved = node.resolver.lookup(node.contents["$ref"] if ref is None else ref)

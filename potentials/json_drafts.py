@@ -8,8 +8,9 @@ compiler (potentials.json_clauses) draws facts from into their 2020-12 meaning:
     d <= 7:        {"$ref": r, ...}          ->  {"$ref": r}   (siblings of $ref are ignored)
     d <= 2019-09:  "items": [s1..sn]         ->  "prefixItems": [s1..sn],
                    "additionalItems": a      ->  "items": a    (only beside array-form items)
-    d == 4:        const, propertyNames      ->  dropped       (not keywords of draft 4)
-    d < 2020-12:   prefixItems               ->  dropped       (not a keyword before 2020-12)
+    keywords the draft does not have (const, propertyNames and contains in draft 4, if/then/else
+    before 7, dependentSchemas, unevaluated* and $recursiveRef before 2019-09, prefixItems and
+    $dynamicRef before 2020-12)  ->  dropped (jsonschema ignores them there too)
 
 The view only ever feeds facts; every check that runs the validator (a finished scalar, the
 whole document at ``complete``) runs the declared draft's own validator on the original
@@ -100,11 +101,7 @@ def view(s: dict, draft: str) -> dict:
         return s
     if before(draft, "draft2019-09") and "$ref" in s:
         return {"$ref": s["$ref"]}
-    out = dict(s)
-    out.pop("prefixItems", None)
-    if draft == "draft4":
-        out.pop("const", None)
-        out.pop("propertyNames", None)
+    out = {k: v for k, v in s.items() if k not in _MISSING[draft]}
     items = s.get("items")
     if isinstance(items, list):
         out["prefixItems"] = items
@@ -113,6 +110,20 @@ def view(s: dict, draft: str) -> dict:
             out["items"] = s["additionalItems"]
     out.pop("additionalItems", None)
     return out
+
+
+_LATER_2019 = {"dependentSchemas", "dependentRequired", "unevaluatedItems",
+               "unevaluatedProperties", "$recursiveRef", "$recursiveAnchor", "minContains",
+               "maxContains", "$anchor", "$defs"}
+_LATER_2020 = {"prefixItems", "$dynamicRef", "$dynamicAnchor"}
+#: keywords (that the clause compiler reads or walks) each draft does not have
+_MISSING = {
+    "draft4": {"const", "propertyNames", "contains", "if", "then", "else"} | _LATER_2019
+    | _LATER_2020,
+    "draft6": {"if", "then", "else"} | _LATER_2019 | _LATER_2020,
+    "draft7": _LATER_2019 | _LATER_2020,
+    "draft2019-09": _LATER_2020,
+}
 
 
 def strip_declarations(schema: Any, draft: str, lookup: Callable[[str], Any] | None = None

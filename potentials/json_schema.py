@@ -116,7 +116,8 @@ class JSONSchema(BytePotential[JSONState]):
             stripped = strip_declarations(schema, draft, lookup)
         except SchemaError as err:
             where = "/".join(str(p) for p in err.path) or "(root)"
-            raise ValueError(f"invalid JSON Schema ({draft}) at {where}: {err.message}") from None
+            msg = err.message if len(err.message) <= 300 else err.message[:300] + " ..."
+            raise ValueError(f"invalid JSON Schema ({draft}) at {where}: {msg}") from None
         except RecursionError:
             raise ValueError(
                 f"schema is nested too deeply (JSON nesting depth {_depth(schema)}): checking it "

@@ -111,6 +111,11 @@ async def test_draft_keywords_enforced_while_generating(schema, text, alive):
         ({"$schema": D2019, "type": "array", "items": [{"type": "null"}],
           "additionalItems": {"type": "string"}}, '[null, "x", 3]', False),
         (TREE2019, '{"v": 1, "kids": [{"v": 2, "kids": []}]}', True),
+        # keywords of later drafts are no keywords here: not enforced, not checked
+        ({"$schema": D6, "if": {"type": "string"}, "then": {"maxLength": 1}}, '"abc"', True),
+        ({"$schema": D7, "if": {"type": "string"}, "then": {"maxLength": 1}}, '"abc"', False),
+        ({"$schema": D4, "type": "array", "contains": {"type": "null"}}, "[1]", True),
+        ({"$schema": D7, "type": "array", "contains": {"type": "null"}}, "[1]", False),
     ],
 )
 async def test_declared_draft_decides_at_complete(schema, text, ok):
@@ -124,6 +129,11 @@ async def test_declared_draft_decides_at_complete(schema, text, ok):
         ({"$schema": "http://example.com/my-dialect"}, "names no known JSON Schema draft"),
         ({"properties": {"a": {"$schema": "http://json-schema.org/draft-03/schema#"}}},
          "properties/a"),
+        # a subschema reached by $ref through a non-keyword, which no metaschema checked
+        ({"$schema": D4, "x": {"items": {"id": {"type": "integer"}}},
+          "properties": {"a": {"$ref": "#/x"}}}, r"invalid subschema at /x/items \(draft4\)"),
+        # draft 4 wants enum items unique
+        ({"$schema": D4, "enum": ["a", "a"]}, r"draft4\) at enum: .* non-unique"),
         # valid in 2020-12 but not in draft 4 (exclusiveMinimum is a boolean there)
         ({"$schema": D4, "properties": {"a": {"exclusiveMinimum": 3}}},
          r"draft4\) at properties/a/exclusiveMinimum"),
