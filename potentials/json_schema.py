@@ -141,9 +141,11 @@ class JSONSchema(BytePotential[JSONState]):
         self.draft = draft
         self.validator = cls(stripped, **kwargs)
 
-        def make(other: str) -> Any:  # for a nested subschema declaring another draft
-            fmt = VALIDATORS[other].FORMAT_CHECKER
-            return VALIDATORS[other](stripped, **{**kwargs, "format_checker": fmt})
+        def make(other: str) -> Any:
+            # a nested subschema declaring another draft: jsonschema validates it with that
+            # draft's class but keeps the root's format checker (evolve carries it), and so
+            # does this
+            return VALIDATORS[other](stripped, **kwargs)
 
         try:
             self.schemas = Schemas(self.validator.schema, self.validator, draft, make)

@@ -92,6 +92,8 @@ async def valid(schema, text: str) -> bool:
         # a subschema declaring another draft follows that draft
         ({"properties": {"a": {"$schema": D4, "type": "integer"}}}, '{"a": 1.0,', False),
         ({"properties": {"a": {"type": "integer"}}}, '{"a": 1.0,', True),  # 2020-12: 1.0 ok
+        # ... with the root's format checker, as jsonschema (uuid is no draft-4 format)
+        ({"properties": {"a": {"$schema": D4, "format": "uuid"}}}, '{"a": "x",', False),
     ],
 )
 async def test_draft_keywords_enforced_while_generating(schema, text, alive):
