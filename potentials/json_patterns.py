@@ -14,7 +14,7 @@ unbounded.) The verdict on a timeout: while generating, the check is undecided a
 is kept; at ``complete`` the validator raises and the document is rejected.
 
 ``extended(cls)`` is a jsonschema validator class with ``pattern``, ``patternProperties`` and
-``additionalProperties`` using this search; ``Validator`` is the Draft 2020-12 one.
+``additionalProperties`` using this search (potentials.json_drafts builds one per draft).
 """
 
 from __future__ import annotations
@@ -107,9 +107,6 @@ def extended(cls: Any) -> Any:
             "additionalProperties": _additional_properties,
         },
     )
-
-
-Validator = extended(Draft202012Validator)
 
 
 def _is_regex(value: object) -> bool:
