@@ -116,7 +116,9 @@ class JSONSchema(BytePotential[JSONState]):
             stripped = strip_declarations(schema, draft, lookup)
         except SchemaError as err:
             where = "/".join(str(p) for p in err.path) or "(root)"
-            msg = err.message if len(err.message) <= 300 else err.message[:300] + " ..."
+            msg = err.message
+            if len(msg) > 300:  # jsonschema puts the (long) offending value first, the reason last
+                msg = msg[:120] + " ... " + msg[-160:]
             raise ValueError(f"invalid JSON Schema ({draft}) at {where}: {msg}") from None
         except RecursionError:
             raise ValueError(
