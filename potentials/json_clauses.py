@@ -1,4 +1,4 @@
-"""A Draft 2020-12 schema read as disjunctions of conjunctive clauses, for incremental checking.
+"""A JSON Schema read as disjunctions of conjunctive clauses, for incremental checking.
 
 A value v is valid under a set of schemas M when it is valid under every m in M. Expanding the
 in-place applicators ($ref, allOf, anyOf, oneOf) of the members gives
@@ -12,21 +12,23 @@ enforce byte by byte it checks when a scalar ends (``Clause.scalar_ok``), by run
 validator on the scalar against the members that need it; containers are left to ``complete``.
 
 Members are schema nodes (contents plus the ``referencing`` resolver jsonschema itself would use
-there), constants (one candidate of an ``enum``/``const`` that is an object or an array, fixed
+there, and the node's draft: facts are drawn from its keywords in 2020-12 terms,
+potentials.json_drafts.view, and checks run that draft's validator on its own keywords), constants (one candidate of an ``enum``/``const`` that is an object or an array, fixed
 when the container opens) and key restrictions (the names an object with
 ``additionalProperties: false`` allows).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import referencing.jsonschema as rjs
 from jsonschema._utils import equal  # the validator's own notion of JSON equality
 
 from potentials.fsm import UnsupportedRegex, compile_regex
-from potentials.json_patterns import search
+from potentials.json_drafts import DEFAULT, SPECS, before, draft_of, view
+from potentials.json_patterns import maybe_search
 
 TYPES = ("null", "boolean", "object", "array", "string", "number")
 #: a disjunction larger than this is not split; its member is then checked when a scalar ends
@@ -35,6 +37,12 @@ INF = float("inf")
 
 # keywords a scalar can fail that no clause fact enforces (beyond the per-type ones below)
 _LOOSE_ANY = frozenset({"oneOf", "not", "if", "$dynamicRef", "$recursiveRef", "format"})
+# keywords about a whole object or array that no clause fact enforces: checked when it closes
+_LOOSE_CONTAINER = frozenset(
+    {"oneOf", "not", "if", "uniqueItems", "contains", "minContains", "maxContains",
+     "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedItems",
+     "unevaluatedProperties", "$recursiveRef"}
+)
 _LOOSE_NUMBER = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "enum", "const"}
 )
@@ -59,21 +67,14 @@ def json_type(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Node:
-    """A subschema with the resolver jsonschema uses to evaluate it."""
+    """A subschema of ``draft`` with the resolver jsonschema uses to evaluate it: ``contents``
+    is its keywords in 2020-12 terms (facts), ``raw`` the subschema itself (checks)."""
 
     contents: Any = field(compare=False)
     resolver: Any = field(compare=False)
     key: tuple = field(default=())
-
-
-@dataclass(frozen=True)
-class Opaque:
-    """A subschema that declares another dialect: jsonschema evaluates it with that draft, so
-    no fact is drawn from it and every scalar under it is checked by the validator."""
-
-    contents: Any = field(compare=False)
-    resolver: Any = field(compare=False)
-    key: tuple = field(default=())
+    raw: Any = field(default=None, compare=False)
+    draft: str = field(default=DEFAULT, compare=False)
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,14 @@ class Clause:
         return self._memo(("check", kind), lambda: self._needs_check(kind))
 
     def _needs_check(self, kind: str) -> tuple:
+        if kind in ("object", "array"):
+            if self.schemas.dynamic:
+                return ()  # out of context only scalar keywords are checked: nothing to add
+            return tuple(
+                m for m in self.members
+                if isinstance(m, Node)
+                and (m in self.loose or not _LOOSE_CONTAINER.isdisjoint(m.contents))
+            )
         out = []
         for m in self.members:
             if isinstance(m, Const):
@@ -246,8 +255,6 @@ class Clause:
             elif isinstance(m, KeyPattern):
                 if self.schemas.search_dfa(m.pattern) is None:
                     out.append(m)
-            elif isinstance(m, Opaque):
-                out.append(m)
             elif isinstance(m, Node):
                 s = m.contents
                 loose = m in self.loose or not _LOOSE_ANY.isdisjoint(s)
@@ -270,6 +277,15 @@ class Clause:
             if not self.schemas.member_accepts(m, value):
                 return False
         return True
+
+    def container_ok(self, kind: str, text: bytes) -> bool:
+        """Does the finished container ``text`` (an object or array, as JSON bytes) satisfy the
+        members whose container keywords no fact enforces? (Undecidable here: True.)"""
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):  # huge integers, deep nesting: left to complete
+            return True
+        return self.scalar_ok(kind, value)
 
     # ------------------------------------------------------------------ objects
     @property
@@ -333,9 +349,12 @@ class Clause:
                 pats = s.get("patternProperties")
                 if isinstance(pats, dict):
                     for p, sub in pats.items():
-                        if search(p, key):
+                        hit = maybe_search(p, key)
+                        if hit:
                             parts.append(sch.child(m, sub))
-                            matched = True
+                        # undecided in time: neither this subschema nor additionalProperties
+                        # is asserted (the validator decides at complete)
+                        matched = matched or hit is not False
                 if not matched and "additionalProperties" in s:
                     parts.append(sch.child(m, s["additionalProperties"]))
         return sch.expand(parts)
@@ -426,43 +445,79 @@ def _is_count(v: Any) -> bool:
 class Schemas:
     """Interning of members and clauses for one root schema, with the validator for checks."""
 
-    def __init__(self, root: Any, validator: Any):
+    def __init__(self, root: Any, validator: Any, draft: str = DEFAULT,
+                 make_validator: Callable[[str], Any] | None = None):
         self.validator = validator
+        #: draft -> validator (with format checking) that checks members of that draft
+        self.validators = {draft: validator}
+        self._make_validator = make_validator
         self.root_resolver = validator._resolver
         self._clauses: dict = {}
         self._dfas: dict = {}
         self._accepts: dict = {}
-        self.dynamic = False  # set by check_refs when a $dynamicRef is reachable
-        self.root = self.node(root, self.root_resolver)
+        self.dynamic = False  # set by check_refs when dynamic scope matters
+        self.root = self.node(root, self.root_resolver, draft)
 
     # ------------------------------------------------------------------ nodes
-    def node(self, contents: Any, resolver: Any) -> Node | Opaque | bool:
-        """A member for ``contents``; a subschema of another dialect is left to the validator."""
+    def _meta(self, uri: str) -> Any:
+        """A custom metaschema named by ``$schema``, from the registry."""
+        return self.root_resolver.lookup(uri).contents
+
+    def node(self, contents: Any, resolver: Any, draft: str) -> Node | bool:
+        """A member for subschema ``contents`` of ``draft`` (or of the draft it declares)."""
         if isinstance(contents, bool):
             return contents
+        if not isinstance(contents, dict):
+            return True  # malformed subschema: check_schema rejects these first
+        if "$schema" in contents:
+            draft = draft_of(contents["$schema"], lookup=self._meta)
         key = (id(contents), getattr(resolver, "_base_uri", ""))
-        if isinstance(contents, dict) and "$schema" in contents:
-            return Opaque(contents, resolver, key)
-        return Node(contents, resolver, key)
+        return Node(view(contents, draft), resolver, key, contents, draft)
 
     def child(self, parent: Node, sub: Any) -> Node | bool:
         """The node of subschema ``sub`` met inside ``parent`` (as jsonschema descends)."""
-        if isinstance(sub, bool):
-            return sub
-        if not isinstance(sub, dict):
-            return True  # malformed subschema: check_schema rejects these first
-        res = parent.resolver.in_subresource(rjs.DRAFT202012.create_resource(sub))
-        return self.node(sub, res)
+        if isinstance(sub, bool) or not isinstance(sub, dict):
+            return self.node(sub, None, parent.draft)
+        draft = draft_of(sub["$schema"], lookup=self._meta) if "$schema" in sub else parent.draft
+        try:
+            res = parent.resolver.in_subresource(SPECS[draft].create_resource(sub))
+        except (AttributeError, TypeError) as err:
+            # e.g. a non-string "id" in a subschema the metaschema never saw (reached by $ref
+            # through a non-keyword): jsonschema itself would fail on it
+            raise ValueError(
+                f"invalid subschema at {self.path_of(sub)} ({draft}): its identifier cannot be "
+                f"read ({err})"
+            ) from None
+        return self.node(sub, res, draft)
 
-    def reference(self, node: Node) -> Node | bool:
-        resolved = node.resolver.lookup(node.contents["$ref"])
-        return self.node(resolved.contents, resolved.resolver)
+    def path_of(self, target: Any) -> str:
+        """Where ``target`` (by identity) sits in the root schema, as a JSON pointer."""
+        todo = [(self.root.raw if isinstance(self.root, Node) else None, "")]
+        while todo:
+            v, path = todo.pop()
+            if v is target:
+                return path or "(root)"
+            if isinstance(v, dict):
+                todo += [(x, f"{path}/{k}") for k, x in v.items()]
+            elif isinstance(v, list):
+                todo += [(x, f"{path}/{i}") for i, x in enumerate(v)]
+        return "(a referenced schema)"
+
+    def reference(self, node: Node, ref: str | None = None) -> Node | bool:
+        resolved = node.resolver.lookup(node.contents["$ref"] if ref is None else ref)
+        target = resolved.contents
+        # the target's draft: the one it declares, else the referring node's
+        return self.node(target, resolved.resolver, node.draft)
 
     def in_place(self, node: Node) -> list[Node | bool]:
         s = node.contents
         out: list[Node | bool] = []
         if isinstance(s.get("$ref"), str):
             out.append(self.reference(node))
+        if (node.draft == "draft2019-09" and isinstance(s.get("$recursiveRef"), str)
+                and not self.dynamic):
+            # with at most one $recursiveAnchor in reach, $recursiveRef is a plain $ref
+            out.append(self.reference(node, s["$recursiveRef"]))
         if isinstance(s.get("allOf"), list):
             out += [self.child(node, x) for x in s["allOf"]]
         return out
@@ -555,20 +610,30 @@ class Schemas:
         if isinstance(m, Const):
             return equal(m.value, value)
         if isinstance(m, KeyPattern):
-            return search(m.pattern, value)
+            return maybe_search(m.pattern, value) is not False
+        raw = m.raw
         if self.dynamic:
             # Dynamic scope is lost out of context; check only the scalar's own keywords.
-            schema, resolver = {k: v for k, v in m.contents.items() if k in _SCALAR_WORDS}, None
+            schema, resolver = {k: v for k, v in raw.items() if k in _SCALAR_WORDS}, None
+            if before(m.draft, "draft2019-09") and "$ref" in raw:
+                schema = {}  # $ref's siblings are not keywords there
         else:
-            schema, resolver = m.contents, m.resolver
+            # $schema is dropped so that jsonschema keeps this draft's class (its regex search)
+            schema, resolver = {k: v for k, v in raw.items() if k != "$schema"}, m.resolver
+        validator = self.validators.get(m.draft)
+        if validator is None:
+            if self._make_validator is None:
+                return True  # no validator for this nested draft: checked at complete
+            validator = self.validators[m.draft] = self._make_validator(m.draft)
         try:
-            return self.validator.evolve(schema=schema, _resolver=resolver).is_valid(value)
-        except Exception:  # undecidable here (the validator raised): leave it to complete
+            return validator.evolve(schema=schema, _resolver=resolver).is_valid(value)
+        except Exception:  # undecidable here (the validator raised, a pattern timed out)
             return True
 
     def check_refs(self) -> None:
         """Resolve every reachable $ref now (ValueError naming the first that fails)."""
         seen: set = set()
+        anchors = 0
         todo = [self.root]
         while todo:
             node = todo.pop()
@@ -580,6 +645,17 @@ class Schemas:
                 continue
             if "$dynamicRef" in s:
                 self.dynamic = True
+            if node.draft == "draft2019-09":
+                anchors += node.raw.get("$recursiveAnchor") is True
+                if anchors > 1:
+                    self.dynamic = True
+                if isinstance(s.get("$recursiveRef"), str):
+                    try:
+                        todo.append(self.reference(node, s["$recursiveRef"]))
+                    except Exception as err:
+                        raise ValueError(
+                            f"cannot resolve $recursiveRef {s['$recursiveRef']!r}: {err}"
+                        ) from None
             if isinstance(s.get("$ref"), str):
                 try:
                     todo.append(self.reference(node))

@@ -7,14 +7,25 @@ configuration, touching only its top frames, so the cost of a byte does not depe
 text came before. Frames are plain tuples tagged by their first field:
 
     (TOP, phase, ws)                                         the document
-    (OBJ, clause, phase, seen_keys, key, ws)                 inside an object
-    (ARR, clause, phase, index, ws)                          inside an array
+    (OBJ, clause, phase, seen_keys, key, ws, start)          inside an object
+    (ARR, clause, phase, index, ws, start)                   inside an array
     (STR, clause, esc, utf8, count, dfa_states, lit_pos, lits, text, is_key)
     (NUM, clause, grammar_state, text)                       inside a number
     (LIT, clause, rest, value)                               inside true / false / null
 
 A finished scalar is checked against its clause (``Clause.scalar_ok``) when it ends; a number
-ends at the byte after it, which its parent then reads.
+ends at the byte after it, which its parent then reads. A container whose clause has keywords
+no fact enforces (``oneOf`` exclusivity, ``uniqueItems``, ``contains``, ``dependencies``, ``not``,
+``if``, ``unevaluated*``, ...; ``Clause.needs_check``) is checked by the validator when it
+closes. The recognizer does not keep text, so such a container records where it started:
+
+    start = None     not checked
+            OPENED   opened by the byte just read (the caller writes in its offset)
+            n >= 0   the offset of its opening bracket in the document
+
+and its closing bracket yields a ``(CHECK, clause, kind, start)`` frame over the parent; the
+caller (potentials.json_schema) decodes the text from ``start`` to that bracket, runs
+``Clause.container_ok`` and keeps the parent or drops the configuration, before the next byte.
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TOP, OBJ, ARR, STR, NUM, LIT = range(6)
+TOP, OBJ, ARR, STR, NUM, LIT, CHECK = range(7)
+OPENED = -1
 WS = frozenset(b" \t\n\r")
 DIGITS = frozenset(b"0123456789")
 HEX = {**{c: c - 48 for c in b"0123456789"}, **{c: c - 87 for c in b"abcdef"},
@@ -116,6 +128,52 @@ class Machine:
                 best = room
         return best
 
+    @staticmethod
+    def pending(configs: frozenset) -> bool:
+        """Does ``settle`` have work in ``configs`` (an opening to stamp, a CHECK to decide)?"""
+        for node in configs:
+            f = node.frame
+            tag = f[0]
+            if tag == CHECK or (tag == OBJ and f[6] == OPENED) or (tag == ARR and f[5] == OPENED):
+                return True
+        return False
+
+    @staticmethod
+    def open_start(configs: frozenset) -> int | None:
+        """The smallest start offset of a checked container open in some configuration."""
+        best = None
+        for node in configs:
+            while node is not None:
+                f = node.frame
+                start = f[6] if f[0] == OBJ else f[5] if f[0] == ARR else None
+                if start is not None and (best is None or start < best):
+                    best = start
+                node = node.parent
+        return best
+
+    @staticmethod
+    def settle(configs: frozenset, offset: int, text: Any) -> frozenset:
+        """``configs`` after the byte at ``offset``: containers it opened get that offset, and
+        containers it closed are decided on their text (``text()``: the document's bytes up
+        to and including that byte)."""
+        out = set()
+        doc = None
+        for node in configs:
+            f = node.frame
+            tag = f[0]
+            if tag == CHECK:
+                if doc is None:
+                    doc = text()
+                if f[1].container_ok(f[2], doc[f[3]:]):
+                    out.add(node.parent)
+            elif tag == OBJ and f[6] == OPENED:
+                out.add(Stack(f[:6] + (offset,), node.parent))
+            elif tag == ARR and f[5] == OPENED:
+                out.add(Stack(f[:5] + (offset,), node.parent))
+            else:
+                out.add(node)
+        return frozenset(out)
+
     def finished(self, configs: frozenset) -> bool:
         """Is some configuration a complete document (a trailing number ends here)?"""
         for node in configs:
@@ -139,10 +197,12 @@ class Machine:
             types = c.types
             if b == 123 and "object" in types:  # {
                 for c2 in c.container_alternatives("object"):
-                    out.append(Stack((OBJ, c2, O_OPEN, frozenset(), None, 0), parent))
+                    start = OPENED if c2.needs_check("object") else None
+                    out.append(Stack((OBJ, c2, O_OPEN, frozenset(), None, 0, start), parent))
             elif b == 91 and "array" in types:  # [
                 for c2 in c.container_alternatives("array"):
-                    out.append(Stack((ARR, c2, A_OPEN, 0, 0), parent))
+                    start = OPENED if c2.needs_check("array") else None
+                    out.append(Stack((ARR, c2, A_OPEN, 0, 0, start), parent))
             elif b == 34 and "string" in types:  # "
                 out.append(Stack(self._new_string(c, False), parent))
             elif (b == 45 or b in DIGITS) and "number" in types:
@@ -170,13 +230,20 @@ class Machine:
             return [Stack((TOP, 2, 0), None)]
         if tag == ARR:
             c = f[1]
-            return [Stack((ARR, c, A_AFTER, min(f[3] + 1, c.array.cap), 0), p.parent)]
+            return [Stack((ARR, c, A_AFTER, min(f[3] + 1, c.array.cap), 0, f[5]), p.parent)]
         c, phase, seen = f[1], f[2], f[3]
         if phase == O_KEY:
             if result in seen or not c.value_alternatives(result):
                 return []
-            return [Stack((OBJ, c, O_COLON, seen, result, 0), p.parent)]
-        return [Stack((OBJ, c, O_AFTER, seen | {f[4]}, None, 0), p.parent)]
+            return [Stack((OBJ, c, O_COLON, seen, result, 0, f[6]), p.parent)]
+        return [Stack((OBJ, c, O_AFTER, seen | {f[4]}, None, 0, f[6]), p.parent)]
+
+    def _close(self, node: Stack, kind: str, start: int | None) -> list:
+        """The parent once container ``node`` closes, under a CHECK frame when it is checked."""
+        out = self._pop(node)
+        if start is None:
+            return out
+        return [Stack((CHECK, node.frame[1], kind, start), q) for q in out]
 
     def _end_number(self, f: tuple) -> bool:
         if f[2] not in N_ACCEPT:
@@ -230,46 +297,46 @@ class Machine:
         return []
 
     def _step_object(self, node: Stack, f: tuple, b: int) -> list:
-        _, c, phase, seen, key, ws = f
+        _, c, phase, seen, key, ws, start = f
         if b in WS and phase in (O_OPEN, O_COLON, O_VALUE_NEXT, O_AFTER, O_COMMA):
             n = self._ws(ws)
-            return [] if n is None else [Stack((OBJ, c, phase, seen, key, n), node.parent)]
+            return [] if n is None else [Stack((OBJ, c, phase, seen, key, n, start), node.parent)]
         facts = c.object
         if phase in (O_OPEN, O_COMMA) and b == 34:  # a key opens
             if len(seen) >= facts.max_props:
                 return []
-            parent = Stack((OBJ, c, O_KEY, seen, None, 0), node.parent)
+            parent = Stack((OBJ, c, O_KEY, seen, None, 0, start), node.parent)
             return [Stack(self._new_string(k, True), parent) for k in c.key_alternatives(seen)]
         if phase in (O_OPEN, O_AFTER) and b == 125:  # }
             if len(seen) < facts.min_props or not facts.required <= seen:
                 return []
-            return self._pop(node)
+            return self._close(node, "object", start)
         if phase == O_COLON:
-            return [Stack((OBJ, c, O_VALUE_NEXT, seen, key, 0), node.parent)] if b == 58 else []
+            return [Stack((OBJ, c, O_VALUE_NEXT, seen, key, 0, start), node.parent)] if b == 58 else []
         if phase == O_VALUE_NEXT:
-            parent = Stack((OBJ, c, O_VALUE, seen, key, 0), node.parent)
+            parent = Stack((OBJ, c, O_VALUE, seen, key, 0, start), node.parent)
             return self._start_value(c.value_alternatives(key), b, parent)
         if phase == O_AFTER and b == 44:  # ,
             if len(seen) >= facts.max_props or not c.key_alternatives(seen):
                 return []
-            return [Stack((OBJ, c, O_COMMA, seen, None, 0), node.parent)]
+            return [Stack((OBJ, c, O_COMMA, seen, None, 0, start), node.parent)]
         return []
 
     def _step_array(self, node: Stack, f: tuple, b: int) -> list:
-        _, c, phase, index, ws = f
+        _, c, phase, index, ws, start = f
         if b in WS and phase != A_VALUE:
             n = self._ws(ws)
-            return [] if n is None else [Stack((ARR, c, phase, index, n), node.parent)]
+            return [] if n is None else [Stack((ARR, c, phase, index, n, start), node.parent)]
         facts = c.array
         if phase in (A_OPEN, A_AFTER) and b == 93:  # ]
-            return self._pop(node) if index >= facts.min_items else []
+            return self._close(node, "array", start) if index >= facts.min_items else []
         if phase == A_AFTER:
             if b != 44 or index >= facts.max_items or not c.item_alternatives(index):
                 return []
-            return [Stack((ARR, c, A_COMMA, index, 0), node.parent)]
+            return [Stack((ARR, c, A_COMMA, index, 0, start), node.parent)]
         if index >= facts.max_items:
             return []
-        parent = Stack((ARR, c, A_VALUE, index, 0), node.parent)
+        parent = Stack((ARR, c, A_VALUE, index, 0, start), node.parent)
         return self._start_value(c.item_alternatives(index), b, parent)
 
     # ------------------------------------------------------------------ strings

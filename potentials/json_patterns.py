@@ -1,17 +1,20 @@
-"""Schema regexes: Python ``re`` as jsonschema uses it, with the ``regex`` package as fallback.
+"""Schema regexes, searched in bounded time: the ``regex`` package with a timeout.
 
-jsonschema evaluates ``pattern`` and ``patternProperties`` with ``re.search``. Patterns ``re``
-cannot compile but the ``regex`` package can (Unicode property escapes such as ``\\p{Letter}``,
-common in ECMA-262 schemas) would make that validator raise; here they are searched with
-``regex`` instead, so
+jsonschema evaluates ``pattern`` and ``patternProperties`` with ``re.search``, which cannot be
+interrupted: a pattern with catastrophic backtracking (``^(a+)+b$``) can hang a check for
+minutes. Here every search runs on the ``regex`` package (its version-0 syntax is ``re``'s,
+and it also compiles what ``re`` cannot, such as the ``\\p{Letter}`` of ECMA-262 schemas) with
+a time limit:
 
-    search(p, s) = re.search(p, s)       if re compiles p
-                   regex.search(p, s)    otherwise
+    search(p, s) = regex.search(p, s) is not None      when it finishes within PATTERN_TIMEOUT
+                   raises PatternTimeout                otherwise
 
-and ``Validator`` is Draft202012Validator with ``pattern``, ``patternProperties`` and
-``additionalProperties`` using it.
-jsonschema switches to its stock class at any subschema naming the 2020-12 dialect in
-``$schema``; ``same_dialect`` drops those (redundant) declarations so the switch never happens.
+(``re`` is used only for a pattern ``regex`` rejects but ``re`` accepts; such a search is
+unbounded.) The verdict on a timeout: while generating, the check is undecided and the prefix
+is kept; at ``complete`` the validator raises and the document is rejected.
+
+``extended(cls)`` is a jsonschema validator class with ``pattern``, ``patternProperties`` and
+``additionalProperties`` using this search (potentials.json_drafts builds one per draft).
 """
 
 from __future__ import annotations
@@ -24,18 +27,47 @@ import regex
 from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError
 
+#: seconds one pattern search may take
+PATTERN_TIMEOUT = 0.5
+
+
+class PatternTimeout(TimeoutError):
+    """A pattern search ran past PATTERN_TIMEOUT."""
+
 
 @functools.lru_cache(maxsize=4096)
 def compiled(pattern: str) -> Any:
-    """The compiled pattern (``re`` first, then ``regex``); re.error/regex.error if neither."""
+    """The compiled pattern (``regex`` first, then ``re``); regex.error if neither compiles."""
     try:
-        return re.compile(pattern)
-    except re.error:
         return regex.compile(pattern)
+    except regex.error:
+        try:
+            return re.compile(pattern)
+        except re.error:
+            pass
+        raise
 
 
 def search(pattern: str, text: str) -> bool:
-    return compiled(pattern).search(text) is not None
+    """Does ``text`` contain a match of ``pattern``? (PatternTimeout past the time limit)"""
+    p = compiled(pattern)
+    if isinstance(p, re.Pattern):
+        return p.search(text) is not None
+    try:
+        return p.search(text, timeout=PATTERN_TIMEOUT) is not None
+    except TimeoutError:
+        raise PatternTimeout(
+            f"searching {pattern!r} in a string of {len(text)} characters took over "
+            f"{PATTERN_TIMEOUT} s"
+        ) from None
+
+
+def maybe_search(pattern: str, text: str) -> bool | None:
+    """``search``, or None when it cannot be decided in time."""
+    try:
+        return search(pattern, text)
+    except PatternTimeout:
+        return None
 
 
 def _pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Iterator:
@@ -65,14 +97,16 @@ def _additional_properties(validator: Any, extra: Any, instance: Any, schema: An
         yield ValidationError(f"additional properties are not allowed: {sorted(extras)!r}")
 
 
-Validator = validators.extend(
-    Draft202012Validator,
-    {
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-    },
-)
+def extended(cls: Any) -> Any:
+    """jsonschema validator class ``cls`` with this module's pattern search."""
+    return validators.extend(
+        cls,
+        {
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties,
+        },
+    )
 
 
 def _is_regex(value: object) -> bool:
@@ -85,28 +119,3 @@ def _is_regex(value: object) -> bool:
 SCHEMA_FORMATS = FormatChecker()
 SCHEMA_FORMATS.checkers = dict(Draft202012Validator.FORMAT_CHECKER.checkers)
 SCHEMA_FORMATS.checkers["regex"] = (_is_regex, (re.error, regex.error))
-
-
-DIALECT = "https://json-schema.org/draft/2020-12/schema"
-_ONE = ("not", "if", "then", "else", "additionalProperties", "propertyNames", "items",
-        "contains", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
-_MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
-_NAMED = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
-
-
-def same_dialect(schema: Any) -> Any:
-    """A copy of ``schema`` without ``$schema`` declarations of Draft 2020-12 (a no-op there)."""
-    if not isinstance(schema, dict):
-        return schema
-    out = {}
-    for k, v in schema.items():
-        if k == "$schema" and isinstance(v, str) and v.rstrip("#") == DIALECT:
-            continue
-        if k in _ONE:
-            v = same_dialect(v)
-        elif k in _MANY and isinstance(v, list):
-            v = [same_dialect(x) for x in v]
-        elif k in _NAMED and isinstance(v, dict):
-            v = {name: same_dialect(x) for name, x in v.items()}
-        out[k] = v
-    return out

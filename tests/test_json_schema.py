@@ -144,6 +144,27 @@ class TestUnionContract(Contract, MaskKeyContract, PlainTextBudgetContract):
         ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, "[", False),
         (False, "", False),
         (True, '{"anything": [1, 2]}', True),
+        # container keywords no fact enforces are checked by the validator at the closing
+        # bracket, so the closing byte of an invalid container is dead
+        ({"type": "array", "uniqueItems": True}, "[[1], [1]", True),
+        ({"type": "array", "uniqueItems": True}, "[[1], [1]]", False),
+        ({"items": {"type": "array", "uniqueItems": True}}, "[[1, 1]", False),
+        ({"items": {"type": "array", "uniqueItems": True}}, "[[1, 2]", True),
+        ({"type": "array", "contains": {"type": "null"}}, "[1, 2]", False),
+        ({"type": "array", "contains": {"type": "null"}}, "[1, null]", True),
+        ({"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, '{"a": 1, "b": 2}', False),
+        ({"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, '{"a": 1, "c": 2}', True),
+        ({"items": {"not": {"required": ["x"]}}}, '[{"x": 1}', False),
+        ({"items": {"dependentRequired": {"a": ["b"]}}}, '[{"a": 1}', False),
+        ({"items": {"dependentRequired": {"a": ["b"]}}}, '[{"a": 1, "b": 0}', True),
+        ({"items": {"if": {"required": ["a"]}, "then": {"required": ["b"]}}}, '[{"a": 1}',
+         False),
+        ({"properties": {"k": {"type": "object", "unevaluatedProperties": False,
+                               "allOf": [{"properties": {"a": True}}]}}},
+         '{"k": {"a": 1, "z": 2}', False),
+        ({"properties": {"k": {"type": "object", "unevaluatedProperties": False,
+                               "allOf": [{"properties": {"a": True}}]}}},
+         '{"k": {"a": 1}', True),
     ],
 )
 async def test_viability(schema, text, viable):
