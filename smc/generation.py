@@ -96,6 +96,10 @@ def check_generate_args(
     resampling: Any,
     seed: Any = None,
     lm: Any = None,
+    *,
+    chat: Any = None,
+    progress: Any = None,
+    critic: Any = None,
 ) -> None:
     """TypeError/ValueError naming the first bad argument (run before any work)."""
     check_text(prompt, "prompt")
@@ -108,6 +112,11 @@ def check_generate_args(
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
     if lm is not None:
         check_lm(lm)
+    for name, value in (("chat", chat), ("progress", progress)):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{name} must be True, False or None, got {value!r}")
+    if critic is not None and not callable(critic):
+        raise TypeError(f"critic must be a function of a particle (or None), got {critic!r}")
 
 
 def prompt_ids_for(lm: Any, prompt: str, chat: bool | None, max_tokens: int) -> list[int]:
@@ -144,7 +153,10 @@ async def agenerate(
     critic: Critic | None = None,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
-    check_generate_args(prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm)
+    check_generate_args(
+        prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
+        chat=chat, progress=progress, critic=critic,
+    )
     if lm is None:
         from smc.loading import load_lm
 
@@ -213,7 +225,10 @@ def generate(
         ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
         critic=critic,
     )
-    check_generate_args(prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm)
+    check_generate_args(
+        prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
+        chat=chat, progress=progress, critic=critic,
+    )
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -14,10 +14,10 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import tempfile
 import threading
-import urllib.parse
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -201,25 +201,27 @@ def _hub_endpoint() -> str:
     return constants.ENDPOINT
 
 
-def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to the Hub's host opens within ``timeout`` seconds (False at
-    once when HF_HUB_OFFLINE is set). Name resolution can hang on an offline machine, so the
-    probe runs on a daemon thread and is abandoned after ``timeout``."""
+def hub_reachable(timeout: float | None = None) -> bool:
+    """Whether the Hub answers an HTTP HEAD request (any status) within ``timeout`` seconds
+    (default HUB_PROBE_TIMEOUT_S);
+    False at once when HF_HUB_OFFLINE is set. Proxies from the environment are used, as the
+    Hub client uses them. Name resolution can hang on an offline machine, so the probe runs on
+    a daemon thread and is abandoned after ``timeout``."""
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         return False
-    url = urllib.parse.urlsplit(_hub_endpoint())
-    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
-    if not host:
-        return False
+    url = _hub_endpoint()
+    timeout = HUB_PROBE_TIMEOUT_S if timeout is None else timeout
     result: list[bool] = []
 
     def probe() -> None:
         try:
-            socket.create_connection((host, port), timeout=timeout).close()
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
             result.append(True)
-        except OSError:
+        except urllib.error.HTTPError:
+            result.append(True)  # the Hub answered
+        except (OSError, ValueError):
             result.append(False)
 
     thread = threading.Thread(target=probe, daemon=True)
