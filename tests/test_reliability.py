@@ -234,7 +234,7 @@ def test_failed_and_cancelled_runs_leave_embedded_lm_usable(embedded_lm):
 
     lm = fresh()
     with pytest.raises(Boom):
-        smc.generate("Name a colour:", _exploding_predicate(40), lm=lm, **kw)
+        smc.generate("Name a colour:", _exploding_predicate(3), lm=lm, **kw)
     assert lm.stats["forward_passes"] > 0
 
     async def cancel_midway():
