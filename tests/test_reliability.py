@@ -10,7 +10,6 @@ Timing bounds ("no hang") are generous: they catch a hang, not a slowdown.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import subprocess
 import sys

@@ -153,21 +153,21 @@ class KVTrie:
         keep = {id(past) for _, past, _, _ in entries}
         offsets = np.cumsum([0] + [len(new) for _, _, new, _ in entries])
         try:
-            if self._insert(entries, states, 0, len(entries), offsets, keep) is not None:
-                return self._duplicates
-            duplicates = 0
-            for k in range(len(entries)):
-                if self._insert(entries, states, k, k + 1, offsets, keep) is not None:
-                    duplicates += self._duplicates
-            return duplicates
+            whole = self._insert(entries, states, 0, len(entries), offsets, keep)
+            if whole is not None:
+                return whole
+            parts = (self._insert(entries, states, k, k + 1, offsets, keep) for k in range(len(entries)))
+            return sum(d for d in parts if d is not None)
         except BaseException:
             # A half-inserted batch (e.g. interrupted) may leave slots unaccounted: forgetting
             # everything is always correct.
             self.clear()
             raise
 
-    def _insert(self, entries, states, lo: int, hi: int, offsets: np.ndarray, keep: set[int]):
-        """Insert ``entries[lo:hi]`` if they fit (None otherwise); sets ``_duplicates``."""
+    def _insert(
+        self, entries, states, lo: int, hi: int, offsets: np.ndarray, keep: set[int]
+    ) -> int | None:
+        """Insert ``entries[lo:hi]`` if they fit: their duplicate positions, or None (not cached)."""
         part = entries[lo:hi]
         n = int(offsets[hi] - offsets[lo])
         extra = sum(
@@ -180,14 +180,14 @@ class KVTrie:
             index = torch.from_numpy(slots).to(self.pool.device)
             block = states[int(offsets[lo]) : int(offsets[hi])]
             self.pool[index] = block.reshape(n, -1).to(self.pool.dtype)
-        self._duplicates, offset = 0, 0
+        duplicates, offset = 0, 0
         for ids, past, new, logprobs in part:
             node, dup = self.extend(past, new, slots[offset : offset + len(new)])
             offset += len(new)
-            self._duplicates += dup
+            duplicates += dup
             # A copy with its own storage: a cached row must not keep its whole batch alive.
             self.store_logprobs(tuple(ids), node, logprobs.clone())
-        return slots
+        return duplicates
 
     def _allocate(self, n: int, extra_bytes: int, keep: set[int]) -> np.ndarray | None:
         """``n`` free slots such that ``used_bytes + extra_bytes <= budget`` stays true once
