@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re._constants as sre_c
 import re._parser as sre_parse
+from pathlib import Path
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.earley import CFG, Column, Earley, TokenDFA
@@ -69,6 +70,13 @@ class Grammar(BytePotential[Column]):
             raise TypeError(f"lark_text must be a str, got {type(lark_text).__name__}")
         if not isinstance(start, str):
             raise TypeError(f"start must be a str, got {type(start).__name__}")
+        try:
+            lark_text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"grammar text is not valid Unicode: {lark_text[e.start:e.end]!r} at position "
+                f"{e.start} is a lone surrogate"
+            ) from None
         self.lark_text, self.start = lark_text, start
         self.earley = Earley(_to_cfg(lark_text, start))
 
@@ -98,6 +106,16 @@ def _to_cfg(lark_text: str, start: str) -> CFG:
         parser = lark.Lark(lark_text, start=start, parser="earley", lexer="dynamic_complete")
     except lark.exceptions.LarkError as e:
         raise ValueError(f"invalid Lark grammar: {e}") from None
+    except FileNotFoundError as e:
+        raise ValueError(
+            f"invalid Lark grammar: %import of {Path(e.filename or '?').stem!r} found no grammar file "
+            f"{Path(e.filename or '?').name!r} (lark looks in its own grammars, e.g. common, and "
+            "in the current directory)"
+        ) from None
+    except RecursionError:
+        raise ValueError("invalid Lark grammar: nested too deeply for lark to read") from None
+    except Exception as e:  # noqa: BLE001 - e.g. a terminal's regex that lark cannot compile
+        raise ValueError(f"invalid Lark grammar: {_describe(e)}") from e
     defs = {t.name: t for t in parser.terminals}
     nonterminals: dict[str, int] = {start: 0}
     terminals: dict[str, int] = {}
@@ -127,9 +145,19 @@ def _token_dfa(tdef) -> TokenDFA:
     regexp = tdef.pattern.to_regexp().replace(_LARK_ESCAPED_STRING, _ESCAPED_STRING)
     try:
         dfa = compile_regex(regexp)
+        lazy = _is_lazy(sre_parse.parse(regexp))
     except UnsupportedRegex as e:
         raise ValueError(f"terminal {tdef.name} is not supported: {e}") from None
-    return TokenDFA(tdef.name, dfa, _is_lazy(sre_parse.parse(regexp)))
+    except Exception as e:  # noqa: BLE001 - any failure to compile the user's pattern
+        raise ValueError(f"terminal {tdef.name} (pattern /{regexp}/) cannot be compiled: {_describe(e)}") from e
+    return TokenDFA(tdef.name, dfa, lazy)
+
+
+def _describe(e: BaseException) -> str:
+    """One line: the exception's message, prefixed by its type unless that is a plain ValueError."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    kind = type(e).__name__
+    return msg if kind == "ValueError" and msg else f"{kind}: {msg}" if msg else kind
 
 
 def _is_lazy(tree) -> bool:

@@ -46,17 +46,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read(path: Path, what: str) -> str:
+    """The UTF-8 text of ``path``; ValueError naming the file when it cannot be read as such."""
     try:
-        return path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise ValueError(f"cannot read {what} file {str(path)!r}: {e.strerror or e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{what} file {str(path)!r} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
 
 
 def _constraint(args: argparse.Namespace):
     if args.regex is not None:
         from potentials import Regex
+        from smc.generation import check_text
 
-        return Regex(args.regex)
+        return Regex(check_text(args.regex, "--regex"))
     if args.grammar is not None:
         from potentials import Grammar
 
@@ -72,10 +80,13 @@ def _constraint(args: argparse.Namespace):
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from smc.generation import check_generate_args, generate
+    from smc.generation import check_generate_args, check_text, generate
     from smc.loading import load_lm
 
-    check_generate_args(args.prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial")
+    check_text(args.prompt, "--prompt")
+    check_generate_args(
+        args.prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed
+    )
     constraint = _constraint(args)
     lm = load_lm(args.model, backend=args.backend)
     result = generate(
@@ -101,16 +112,27 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (2 for bad input, with one line on stderr)."""
+    """Run the CLI; returns the exit status: 0, 2 for bad input (one line on stderr), 130 when
+    interrupted (one line). Unexpected internal errors still raise, with their traceback."""
     try:
         args = build_parser().parse_args(argv)
         return _generate(args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
     except (ValueError, TypeError, OSError, ImportError, KeyError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {msg}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+    except MemoryError as e:
+        print(f"error: out of memory ({_one_line(e)}); try fewer --particles or --max-tokens",
+              file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return 2
 
 

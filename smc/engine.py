@@ -50,15 +50,34 @@ async def run_all(coros: Iterable[Awaitable[Any]]) -> list[Any]:
         raise
 
 
-def check_smc_args(particles: Any, ess_threshold: Any, resampling: Any) -> None:
-    """ValueError for a particle count < 1, a threshold outside [0, 1] or an unknown scheme."""
+#: most particles a run may have: beyond it the population itself (one program state and one
+#: next-token distribution per particle) outgrows ordinary memory; checked before any work
+MAX_PARTICLES = 100_000
+
+
+def check_smc_args(particles: Any, ess_threshold: Any, resampling: Any, seed: Any = None) -> None:
+    """TypeError/ValueError naming the first bad argument: ``particles`` not an integer in
+    [1, MAX_PARTICLES], ``ess_threshold`` not a number in [0, 1], an unknown resampling scheme,
+    or ``seed`` neither None nor a non-negative integer."""
     if isinstance(particles, bool) or not isinstance(particles, (int, np.integer)) or particles < 1:
         raise ValueError(f"particles must be an integer >= 1, got {particles!r}")
+    if particles > MAX_PARTICLES:
+        raise ValueError(
+            f"particles={particles} is more than the limit of {MAX_PARTICLES:,} particles per run; "
+            "use fewer particles (or several runs)"
+        )
     if isinstance(ess_threshold, bool) or not isinstance(ess_threshold, (int, float)) or not (
         0.0 <= ess_threshold <= 1.0
     ):
         raise ValueError(f"ess_threshold must be a number in [0, 1], got {ess_threshold!r}")
+    if not isinstance(resampling, str):
+        raise TypeError(f"resampling must be a string (the scheme's name), got {type(resampling).__name__}")
     get_scheme(resampling)
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be a non-negative integer or None, got {seed!r} ({type(seed).__name__})")
+        if seed < 0:
+            raise ValueError(f"seed must be a non-negative integer or None, got {seed}")
 
 
 def _counters(objs: list[Any]) -> list[dict[str, float]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 from typing import Any
 
 from potentials.base import Potential
@@ -22,17 +23,100 @@ from smc.model import ConstrainedGeneration, encode_prompt, lift
 from smc.result import Result
 
 
+#: methods and attributes every LM backend has (design.md, "LM backends")
+LM_PROTOCOL = ("vocab", "eos_token_ids", "encode", "next_token_logprobs", "batch_next_token_logprobs")
+#: bytes per particle and vocabulary entry that one SMC step may hold at once (the float32
+#: next-token log-probs, a float64 working copy, the constraint's mask), for the memory check
+STEP_BYTES_PER_ENTRY = 16
+
+
+def check_text(value: Any, name: str) -> str:
+    """``value`` if it is a str that UTF-8 can encode; else TypeError/ValueError naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{name} is not valid Unicode text: {value[e.start:e.end]!r} at position {e.start} is a "
+            "lone surrogate (often bytes that were not UTF-8, e.g. from a shell argument or a file "
+            "read with the wrong encoding)"
+        ) from None
+    return value
+
+
+def check_lm(lm: Any) -> None:
+    """TypeError unless ``lm`` looks like an LM backend (a name is not one: see ``load_lm``)."""
+    if isinstance(lm, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"lm must be a language-model backend, got the {type(lm).__name__} {lm!r}; "
+            f"to use a model by name, pass lm=smc.load_lm({str(lm)!r})"
+        )
+    missing = [a for a in LM_PROTOCOL if not hasattr(lm, a)]
+    if missing:
+        raise TypeError(
+            f"lm must be a language-model backend (e.g. smc.load_lm() or smc.ToyLM(...)); "
+            f"{type(lm).__name__} has no {', '.join(missing)}"
+        )
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_memory(particles: int, vocab_size: int) -> None:
+    """ValueError, before any work, when one step of ``particles`` particles over a vocabulary of
+    ``vocab_size`` tokens needs more than the memory available:
+    particles * vocab_size * STEP_BYTES_PER_ENTRY > MemAvailable."""
+    need = particles * vocab_size * STEP_BYTES_PER_ENTRY
+    have = available_memory_bytes()
+    if have is not None and need > have:
+        most = max(1, have // (vocab_size * STEP_BYTES_PER_ENTRY))
+        raise ValueError(
+            f"particles={particles} needs about {need / 2**30:.1f} GiB per step for next-token "
+            f"distributions over {vocab_size:,} tokens, more than the {have / 2**30:.1f} GiB of "
+            f"memory available; use at most about {most:,} particles"
+        )
+
+
 def check_generate_args(
-    prompt: Any, particles: Any, max_tokens: Any, ess_threshold: Any, sampler: Any, resampling: Any
+    prompt: Any,
+    particles: Any,
+    max_tokens: Any,
+    ess_threshold: Any,
+    sampler: Any,
+    resampling: Any,
+    seed: Any = None,
+    lm: Any = None,
+    *,
+    chat: Any = None,
+    progress: Any = None,
+    critic: Any = None,
 ) -> None:
-    """ValueError/TypeError naming the first bad argument (run before any work)."""
-    if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
-    check_smc_args(particles, ess_threshold, resampling)
+    """TypeError/ValueError naming the first bad argument (run before any work)."""
+    check_text(prompt, "prompt")
+    check_smc_args(particles, ess_threshold, resampling, seed)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+    if not isinstance(sampler, str):
+        raise TypeError(f"sampler must be a string, one of {', '.join(SAMPLERS)}; got {sampler!r}")
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    if lm is not None:
+        check_lm(lm)
+    for name, value in (("chat", chat), ("progress", progress)):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{name} must be True, False or None, got {value!r}")
+    if critic is not None and not callable(critic):
+        raise TypeError(f"critic must be a function of a particle (or None), got {critic!r}")
 
 
 def prompt_ids_for(lm: Any, prompt: str, chat: bool | None, max_tokens: int) -> list[int]:
@@ -69,11 +153,15 @@ async def agenerate(
     critic: Critic | None = None,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
-    check_generate_args(prompt, particles, max_tokens, ess_threshold, sampler, resampling)
+    check_generate_args(
+        prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
+        chat=chat, progress=progress, critic=critic,
+    )
     if lm is None:
         from smc.loading import load_lm
 
         lm = load_lm()
+    check_memory(int(particles), len(lm.vocab))
     ids = prompt_ids_for(lm, prompt, chat, max_tokens)
     token_sampler = make_sampler(sampler, lm, lift(constraint, lm), ids)
     model = ConstrainedGeneration(token_sampler, max_tokens)
@@ -114,9 +202,11 @@ def generate(
             to the LM's tokens automatically), a token-level Potential over the LM's vocabulary,
             or None (unconstrained).
         lm: the LM backend (default: ``smc.load_lm()``, the embedded model).
-        particles: N >= 1.
+        particles: N, 1 <= N <= smc.engine.MAX_PARTICLES (100,000); a run whose first step
+            would need more memory than is available is refused before any work.
         max_tokens: at most this many generated tokens; EOS is forced after them.
-        seed: seeds all randomness; the same seed gives the same result.
+        seed: a non-negative integer seeding all randomness (the same seed gives the same
+            result), or None for fresh entropy.
         sampler: "awrs" (default), "direct", or "masking" (improper baseline).
         ess_threshold: resample when ESS < ess_threshold * N (0: never, importance sampling).
         resampling: "multinomial", "stratified", "systematic" or "residual".
@@ -135,7 +225,10 @@ def generate(
         ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
         critic=critic,
     )
-    check_generate_args(prompt, particles, max_tokens, ess_threshold, sampler, resampling)
+    check_generate_args(
+        prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
+        chat=chat, progress=progress, critic=critic,
+    )
     try:
         asyncio.get_running_loop()
     except RuntimeError:

