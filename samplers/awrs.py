@@ -37,12 +37,13 @@ such potentials need the direct sampler. ``max_draws`` caps thinning loops like 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from potentials.base import NEG_INF, Potential, logsumexp
-from samplers.base import Draw, TokenSampler, normalized
+from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream, normalized
+from smc.backends.base import NextTokenDists
 
 #: below this remaining mass, draws are computed in log space instead of linear space
 _TINY = 1e-200
@@ -75,25 +76,70 @@ def log_inv_time(log_rates: Sequence[float]) -> float:
     return math.log(_STEP) + logsumexp(g)
 
 
-def _remaining_inverse_cdf(
-    cum: np.ndarray, removed: list[tuple[int, float]], t: float, alive: np.ndarray
-) -> int | None:
-    """The smallest i with F(i) > t, F(i) = cum[i] - (mass of removed tokens with index <= i):
-    inverse-CDF sampling of p restricted to the remaining tokens, without a new cumsum.
+class _Pool:
+    """Candidates for the event simulation: each ``next()`` is a token d drawn from q restricted
+    to the tokens not yet removed, with q(d) and the log of the remaining mass m = q(not removed).
 
-    Iterates i <- searchsorted(cum, t + R(i)) from R = 0; R only grows, so this stops after at
-    most len(removed) + 1 searches, and every index it passes has F <= t. None when rounding
-    lands on a removed token or past the end (the caller then draws the slow way).
+    Stream phase (a draw with stream uniforms): d is the next of a stream of i.i.d. draws from q,
+    skipping tokens already removed. Conditioned on not being removed, an i.i.d. draw from q is a
+    draw from q restricted to the remaining tokens, so the discrete path has exactly the law of
+    the restricted draws. The stream phase ends when its uniforms run out or the removed mass
+    exceeds 1/2 (skips would then be frequent and 1 - removed would lose digits).
+    Restricted phase: the row q is fetched (O(V)) and d = draw(q restricted / m), as without a
+    stream; below a remaining mass of 1e-200 the restricted law is normalized in log space.
     """
-    shift = -1.0
-    r = 0.0
-    while r != shift:
-        shift = r
-        i = int(np.searchsorted(cum, t + shift, side="right"))
-        if i >= len(cum):
+
+    __slots__ = ("candidate", "fetch", "q", "logq", "alive", "removed", "removed_mass", "j")
+
+    def __init__(
+        self,
+        candidate: Callable[[int], tuple[int, float] | None] | None,
+        fetch: Callable[[], tuple[np.ndarray, np.ndarray]],
+    ):
+        self.candidate, self.fetch = candidate, fetch
+        self.q: np.ndarray | None = None
+        self.logq: np.ndarray | None = None
+        self.alive: np.ndarray | None = None
+        self.removed: dict[int, float] = {}
+        self.removed_mass = 0.0
+        self.j = 0
+
+    def log_row(self) -> np.ndarray:
+        """log q over the whole vocabulary (removed tokens included)."""
+        if self.logq is None:
+            q, self.logq = self.fetch()
+            self.q, self.alive = q.copy(), np.isfinite(self.logq)
+            for d in self.removed:
+                self.q[d], self.alive[d] = 0.0, False
+        return self.logq
+
+    def next(self, draw: Draw) -> tuple[int, float, float] | None:
+        """(d, q(d), log m) for the next candidate; None once no token of positive mass remains."""
+        while self.candidate is not None and self.q is None and self.removed_mass <= 0.5:
+            got = self.candidate(self.j)
+            self.j += 1
+            if got is None:
+                break
+            d, mass = got
+            if mass > 0.0 and d not in self.removed:
+                return d, mass, math.log1p(-self.removed_mass)
+        self.log_row()
+        m = float(self.q.sum())
+        if m > _TINY:
+            d = int(draw(self.q / m))
+            return d, float(self.q[d]), math.log(m)
+        if not self.alive.any():
             return None
-        r = sum(mass for k, mass in removed if k <= i)
-    return i if alive[i] else None
+        probs, log_m = normalized(np.where(self.alive, self.logq, NEG_INF))
+        d = int(draw(probs))
+        return d, float(self.q[d]), log_m
+
+    def remove(self, d: int, mass: float) -> None:
+        """Take the rejected token d (of mass q(d)) out of the pool."""
+        self.removed[d] = mass
+        self.removed_mass += mass
+        if self.q is not None:
+            self.q[d], self.alive[d] = 0.0, False
 
 
 class AWRSSampler(TokenSampler):
@@ -104,7 +150,12 @@ class AWRSSampler(TokenSampler):
             <= 0 (Boolean constraints, or graded weights in [0, 1] such as LM probabilities).
         max_checks: distinct tokens checked before the exact fallback (0: always the full vector).
         max_draws: draws before the exact fallback (bounds thinning loops on tiny weights).
+
+    Has a population step (samplers.base): one LM call and one batched stream draw for all
+    particles, then each particle's event simulation (``_simulate``) on the CPU over its stream.
     """
+
+    population = True
 
     def __init__(
         self,
@@ -123,50 +174,55 @@ class AWRSSampler(TokenSampler):
         self.stats.update(fallbacks=0, draws=0)
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
+        """Reference path: one particle on the CPU; the stream (if the draw has stream
+        uniforms) is drawn from the same CDF and uniforms as the population step's."""
         logp = await self.lm_logprobs(ctx)
+        stream = cpu_stream(logp, draw)
+        if stream is None:
+            pool = _Pool(None, lambda: (np.exp(logp), logp))
+        else:
+            pool = _Pool(*stream)
+        return await self._simulate(ctx, pool, draw)
+
+    async def _sample_population(
+        self, items: list[tuple[tuple[int, ...], BlockDraw]], dists: NextTokenDists, streams: list[Stream]
+    ) -> list[tuple[int, float]]:
+        out = []
+        for (ctx, draw), st in zip(items, streams):
+            tokens, probs = st.tokens, st.probs
+            if self.potential is None and probs[0] > 0.0:
+                out.append((tokens[0], 0.0))  # the common case, without building a pool
+                continue
+            pool = _Pool(lambda j, t=tokens, q=probs: (t[j], q[j]) if j < len(t) else None, st.row)
+            out.append(await self._simulate(ctx, pool, draw))
+        return out
+
+    async def _simulate(self, ctx: tuple[int, ...], pool: _Pool, draw: Draw) -> tuple[int, float]:
+        """The event simulation of the module docstring over ``pool``'s candidates; shared by the
+        reference path, the population step, and plain draw functions (exact enumeration)."""
         if self.potential is None:
-            return int(draw(normalized(logp)[0])), 0.0
-        p = np.exp(logp)  # arrival rate per token; removed (weight 0) tokens are set to 0
-        alive = np.isfinite(logp)
+            got = pool.next(draw)
+            return (got[0], 0.0) if got is not None else (self.dead_token(pool.log_row()), NEG_INF)
         checked: dict[int, float] = {}
         log_rates: list[float] = []
         first: int | None = None
-        last_rejected = self.dead_token(logp)
-        # Inverse-CDF draws from the remaining tokens by correcting one cumsum of p for the
-        # few removed tokens, while they hold at most half the mass (no cancellation).
-        uniform = getattr(draw, "uniform", None)
-        if uniform is not None:
-            cum = np.cumsum(p)
-            total, removed_mass, removed = float(cum[-1]), 0.0, []
+        last_rejected: int | None = None
+        stats = self.stats
         while True:
             if len(checked) >= self.max_checks or len(log_rates) >= self.max_draws:
-                return await self._fallback(ctx, logp, draw, log_rates, first)
-            d = None
-            if uniform is not None and removed_mass <= 0.5 * total:
-                m = total - removed_mass
-                d = _remaining_inverse_cdf(cum, removed, uniform() * m, alive)
-                log_m = math.log(m)
-            if d is None:
-                m = float(p.sum())
-                if m > _TINY:
-                    probs, log_m = p / m, math.log(m)
-                else:  # almost all mass removed: renormalize in log space over what remains
-                    if not alive.any():
-                        return last_rejected, NEG_INF
-                    probs, log_m = normalized(np.where(alive, logp, NEG_INF))
-                d = int(draw(probs))
-            self.stats["draws"] += 1
+                return await self._fallback(ctx, pool.log_row(), draw, log_rates, first)
+            got = pool.next(draw)
+            if got is None:  # every token of positive mass was rejected
+                return (self.dead_token(pool.log_row()) if last_rejected is None else last_rejected), NEG_INF
+            d, mass, log_m = got
+            stats["draws"] += 1
             log_rates.append(log_m)
             v = checked.get(d)
             if v is None:
-                self.stats["checks"] += 1
+                stats["checks"] += 1
                 v = checked[d] = self._check_weight(float((await self.potential.logw_subset(ctx, [d]))[0]), d)
             if v == NEG_INF:
-                if uniform is not None:
-                    removed_mass += float(p[d])
-                    removed.append((d, float(p[d])))
-                p[d] = 0.0
-                alive[d] = False
+                pool.remove(d, mass)
                 last_rejected = d
                 continue
             if v < 0.0 and draw(np.array([math.exp(v), -math.expm1(v)])) != 0:

@@ -34,6 +34,8 @@ from smc.result import Result, Sample, StepRecord
 
 #: uniforms handed to each particle per step before it falls back to its own Generator
 _BLOCK = 8
+#: further uniforms per particle and step reserved for a sampler's candidate stream
+_STREAM = 16
 
 Critic = Callable[[Model], "float | Awaitable[float]"]
 
@@ -124,11 +126,11 @@ async def smc(
                 break
             step += 1
             lengths = [len(p.token_ids()) for p in pop]
-            uniforms = rng.random((len(live), _BLOCK))
-            seeds = rng.integers(0, 2**63 - 1, size=len(live))
+            uniforms = rng.random((len(live), _BLOCK + _STREAM))
+            seeds = rng.integers(0, 2**63 - 1, size=len(live)).tolist()
             for i, u, s in zip(live, uniforms, seeds):
                 pop[i].untwist()
-                pop[i]._draw = BlockDraw(u, int(s))
+                pop[i]._draw = BlockDraw(u[:_BLOCK], s, u[_BLOCK:])
             await run_all(pop[i].step() for i in live)
             if critic is not None:
                 await run_all(_apply_critic(critic, pop[i]) for i in live)
