@@ -263,14 +263,24 @@ def draw_streams(dists: NextTokenDists, uniforms: np.ndarray) -> list[Stream]:
     cdf[b, a-1] <= u cdf[b, -1] < cdf[b, a] (one batched search on the rows' device) and its
     probability q_b(a). Only these [B, K] ids and probabilities leave the device."""
     cdf = dists.cdf
-    u = torch.from_numpy(np.ascontiguousarray(uniforms)).to(cdf.device, cdf.dtype)
-    total = cdf[:, -1:]
-    ids = torch.searchsorted(cdf, u * total, right=True).clamp_(max=cdf.shape[1] - 1)
-    hi = cdf.gather(1, ids)
-    lo = cdf.gather(1, (ids - 1).clamp_(min=0))
-    lo = torch.where(ids > 0, lo, torch.zeros((), dtype=cdf.dtype, device=cdf.device))
-    probs = ((hi - lo) / total).tolist()
-    return [Stream(t, q, dists, b) for b, (t, q) in enumerate(zip(ids.tolist(), probs))]
+    threads = torch.get_num_threads() if cdf.device.type == "cpu" else 1
+    if threads > 1:
+        # B * K binary searches take microseconds on one thread; handing them to the intra-op
+        # pool costs 2-20 ms on a loaded 2-core machine (measured)
+        torch.set_num_threads(1)
+    try:
+        u = torch.from_numpy(np.ascontiguousarray(uniforms)).to(cdf.device, cdf.dtype)
+        total = cdf[:, -1:]
+        ids = torch.searchsorted(cdf, u * total, right=True).clamp_(max=cdf.shape[1] - 1)
+        hi = cdf.gather(1, ids)
+        lo = cdf.gather(1, (ids - 1).clamp_(min=0))
+        lo = torch.where(ids > 0, lo, torch.zeros((), dtype=cdf.dtype, device=cdf.device))
+        probs = ((hi - lo) / total).tolist()
+        tokens = ids.tolist()
+    finally:
+        if threads > 1:
+            torch.set_num_threads(threads)
+    return [Stream(t, q, dists, b) for b, (t, q) in enumerate(zip(tokens, probs))]
 
 
 def cpu_stream(logp: np.ndarray, draw: Any) -> tuple[Callable[[int], tuple[int, float] | None], Callable[[], tuple[np.ndarray, np.ndarray]]] | None:

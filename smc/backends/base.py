@@ -33,6 +33,9 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 
 
+_INT = {int}
+
+
 @dataclass(frozen=True)
 class NextTokenDists:
     """Next-token laws of a batch of contexts, on the backend's device.
@@ -105,18 +108,21 @@ class AsyncLM(ABC):
 
     def check_ids(self, ids: Sequence[int], *, allow_empty: bool = False) -> tuple[int, ...]:
         """``ids`` as a tuple of ints, or ValueError naming what is wrong with them."""
-        try:
-            out = tuple(int(i) for i in ids)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"token ids must be a sequence of integers, got {ids!r}") from e
+        if type(ids) is tuple and set(map(type, ids)) <= _INT:
+            out = ids  # the common case (engine contexts): nothing to convert
+        else:
+            try:
+                out = tuple(int(i) for i in ids)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"token ids must be a sequence of integers, got {ids!r}") from e
         if not out and not allow_empty:
             raise ValueError(
                 "empty token list: the model needs at least one token of context "
                 "(encode a prompt, or use a backend with a BOS token)"
             )
         n = len(self.vocab)
-        bad = [i for i in out if not 0 <= i < n]
-        if bad:
+        if out and (min(out) < 0 or max(out) >= n):
+            bad = [i for i in out if not 0 <= i < n]
             raise ValueError(f"token ids out of range [0, {n}): {bad[:5]}")
         if self.max_context is not None and len(out) > self.max_context:
             raise ValueError(
