@@ -43,7 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from potentials import JSONSchema, Regex  # noqa: E402
 from samplers import make_sampler  # noqa: E402
-from smc.backends.base import AsyncLM, NextTokenDists, dists_from_logprobs  # noqa: E402
+from smc.backends.base import AsyncLM  # noqa: E402
+
+try:  # absent before the population step: the script then times that engine (the "before" figures)
+    from smc.backends.base import NextTokenDists, dists_from_logprobs
+except ImportError:
+    NextTokenDists = dists_from_logprobs = None
 from smc.engine import smc  # noqa: E402
 from smc.model import ConstrainedGeneration, lift  # noqa: E402
 
@@ -64,8 +69,8 @@ class ZeroCostLM(AsyncLM):
     def __init__(self, vocab: list[bytes], eos: int, logp: torch.Tensor, max_rows: int):
         self.vocab, self.eos_token_ids = vocab, [eos]
         self._row = logp
-        rows = logp[None].expand(max_rows, -1).contiguous()
-        self._dists = dists_from_logprobs(rows)
+        if dists_from_logprobs is not None:
+            self._dists = dists_from_logprobs(logp[None].expand(max_rows, -1).contiguous())
         self.stats = {"requests": 0, "forward_passes": 0, "batch_rows": 0}
 
     def encode(self, text: str) -> list[int]:
@@ -75,7 +80,7 @@ class ZeroCostLM(AsyncLM):
         self.stats["requests"] += 1
         return self._row
 
-    async def batch_next_token_dists(self, batch: Sequence[Sequence[int]]) -> NextTokenDists:
+    async def batch_next_token_dists(self, batch: Sequence[Sequence[int]]) -> "NextTokenDists":
         for ids in batch:
             self.check_ids(ids)
         b = len(batch)

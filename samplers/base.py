@@ -31,7 +31,8 @@ same uniforms and the same CDF, so both paths return the same (token, weight).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Sequence, Union
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence, Union
 
 import numpy as np
 import torch
@@ -258,17 +259,27 @@ def law_of_cdf(cdf: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         return q, np.log(q)
 
 
+@contextmanager
+def one_thread(device: torch.device) -> Iterator[None]:
+    """Run small CPU tensor ops on one thread: B * K binary searches (or one row's cumsum) take
+    microseconds there, while handing them to the intra-op pool costs 2-20 ms per call on a
+    loaded 2-core machine (measured)."""
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    if threads > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads > 1:
+            torch.set_num_threads(threads)
+
+
 def draw_streams(dists: NextTokenDists, uniforms: np.ndarray) -> list[Stream]:
     """For every row b and uniform u = uniforms[b, j]: the token a with
     cdf[b, a-1] <= u cdf[b, -1] < cdf[b, a] (one batched search on the rows' device) and its
     probability q_b(a). Only these [B, K] ids and probabilities leave the device."""
     cdf = dists.cdf
-    threads = torch.get_num_threads() if cdf.device.type == "cpu" else 1
-    if threads > 1:
-        # B * K binary searches take microseconds on one thread; handing them to the intra-op
-        # pool costs 2-20 ms on a loaded 2-core machine (measured)
-        torch.set_num_threads(1)
-    try:
+    with one_thread(cdf.device):
         u = torch.from_numpy(np.ascontiguousarray(uniforms)).to(cdf.device, cdf.dtype)
         total = cdf[:, -1:]
         ids = torch.searchsorted(cdf, u * total, right=True).clamp_(max=cdf.shape[1] - 1)
@@ -277,9 +288,6 @@ def draw_streams(dists: NextTokenDists, uniforms: np.ndarray) -> list[Stream]:
         lo = torch.where(ids > 0, lo, torch.zeros((), dtype=cdf.dtype, device=cdf.device))
         probs = ((hi - lo) / total).tolist()
         tokens = ids.tolist()
-    finally:
-        if threads > 1:
-            torch.set_num_threads(threads)
     return [Stream(t, q, dists, b) for b, (t, q) in enumerate(zip(tokens, probs))]
 
 
@@ -290,7 +298,8 @@ def cpu_stream(logp: np.ndarray, draw: Any) -> tuple[Callable[[int], tuple[int, 
     stream_uniform = getattr(draw, "stream_uniform", None)
     if stream_uniform is None:
         return None
-    cdf_t = dists_from_logprobs(torch.from_numpy(np.ascontiguousarray(logp))[None]).cdf[0]
+    with one_thread(torch.device("cpu")):
+        cdf_t = dists_from_logprobs(torch.from_numpy(np.ascontiguousarray(logp))[None]).cdf[0]
     c = cdf_t.numpy()
     total = float(c[-1])
     cache: list[tuple[np.ndarray, np.ndarray]] = []

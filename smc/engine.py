@@ -125,7 +125,7 @@ async def smc(
             if not live:
                 break
             step += 1
-            lengths = [len(p.token_ids()) for p in pop]
+            lengths = [p.n_tokens() for p in pop]
             uniforms = rng.random((len(live), _BLOCK + _STREAM))
             seeds = rng.integers(0, 2**63 - 1, size=len(live)).tolist()
             for i, u, s in zip(live, uniforms, seeds):
@@ -142,7 +142,7 @@ async def smc(
             record = dict(
                 step=step,
                 active=[i in live_set for i in range(n)],
-                tokens=[tuple(p.token_ids()[k:]) for p, k in zip(pop, lengths)],
+                tokens=[p.tokens_since(k) for p, k in zip(pop, lengths)],
                 log_weights=lw.tolist(),
                 finished=[p.finished for p in pop],
                 ess=e,

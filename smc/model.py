@@ -264,6 +264,14 @@ class Model:
         ctx = getattr(self, "context", None)
         return tuple(ctx.tokens) if isinstance(ctx, LMContext) else ()
 
+    def n_tokens(self) -> int:
+        """len(self.token_ids()); programs may answer without building the tuple."""
+        return len(self.token_ids())
+
+    def tokens_since(self, k: int) -> tuple[int, ...]:
+        """self.token_ids()[k:]; programs may answer without building the whole tuple."""
+        return tuple(self.token_ids()[k:])
+
     def clone(self) -> "Model":
         """Deep copy of the particle's state, sharing LMs, potentials and samplers."""
         memo = {id(x): x for x in reachable(self) if _is_shared(x)}
@@ -310,6 +318,12 @@ class ConstrainedGeneration(Model):
 
     def token_ids(self) -> tuple[int, ...]:
         return tuple(self.tokens)
+
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    def tokens_since(self, k: int) -> tuple[int, ...]:
+        return tuple(self.tokens[k:])
 
     def text(self) -> str:
         return decode(self.sampler.lm, self.tokens)
