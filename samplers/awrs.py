@@ -37,6 +37,7 @@ such potentials need the direct sampler. ``max_draws`` caps thinning loops like 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -47,6 +48,9 @@ from smc.backends.base import NextTokenDists
 
 #: below this remaining mass, draws are computed in log space instead of linear space
 _TINY = 1e-200
+#: below this remaining mass, no draws from the row's CDF corrected for removed tokens
+#: (1 - removed keeps ~13 digits above it)
+_LOW = 1e-3
 #: trapezoid step (in u = log s) for log_inv_time; the integrand is analytic in |Im u| < pi,
 #: so the rule's relative error is about exp(-2 pi (pi - 0.3) / h) ~ 1e-15 at h = 0.5
 _STEP = 0.5
@@ -83,26 +87,34 @@ class _Pool:
     Stream phase (a draw with stream uniforms): d is the next of a stream of i.i.d. draws from q,
     skipping tokens already removed. Conditioned on not being removed, an i.i.d. draw from q is a
     draw from q restricted to the remaining tokens, so the discrete path has exactly the law of
-    the restricted draws. The stream phase ends when its uniforms run out or the removed mass
-    exceeds 1/2 (skips would then be frequent and 1 - removed would lose digits).
-    Restricted phase: the row q is fetched (O(V)) and d = draw(q restricted / m), as without a
-    stream; below a remaining mass of 1e-200 the restricted law is normalized in log space.
+    the restricted draws. Then, while m > 1e-3 and the draw exposes ``uniform()``, inverse-CDF
+    draws from the remaining tokens on the row's CDF C corrected for the removed tokens: the
+    smallest i with C(i) - R(i) > u (C(-1) - R(-1)) where R(i) = removed mass at indices <= i,
+    found by i <- searchsorted(C, u (C(-1) - R(-1)) + R(i)) from R = 0 (R only grows, and every
+    index passed has C - R <= t): no O(V) work per draw. Otherwise (plain draw functions, tiny m,
+    rounding) the row q is fetched and d = draw(q restricted / m); below a remaining mass of
+    1e-200 the restricted law is normalized in log space.
     """
 
-    __slots__ = ("candidate", "fetch", "q", "logq", "alive", "removed", "removed_mass", "j")
+    __slots__ = ("candidate", "fetch", "cdf", "q", "logq", "alive", "removed", "removed_mass", "j",
+                 "_c", "_ri", "_rc")
 
     def __init__(
         self,
         candidate: Callable[[int], tuple[int, float] | None] | None,
         fetch: Callable[[], tuple[np.ndarray, np.ndarray]],
+        cdf: Callable[[], np.ndarray] | None = None,
     ):
-        self.candidate, self.fetch = candidate, fetch
+        self.candidate, self.fetch, self.cdf = candidate, fetch, cdf
         self.q: np.ndarray | None = None
         self.logq: np.ndarray | None = None
         self.alive: np.ndarray | None = None
         self.removed: dict[int, float] = {}
         self.removed_mass = 0.0
         self.j = 0
+        self._c: np.ndarray | None = None
+        self._ri: list[int] | None = None  # removed indices, sorted (None: to rebuild)
+        self._rc: list[float] = []  # their CDF increments, cumulated
 
     def log_row(self) -> np.ndarray:
         """log q over the whole vocabulary (removed tokens included)."""
@@ -115,14 +127,20 @@ class _Pool:
 
     def next(self, draw: Draw) -> tuple[int, float, float] | None:
         """(d, q(d), log m) for the next candidate; None once no token of positive mass remains."""
-        while self.candidate is not None and self.q is None and self.removed_mass <= 0.5:
+        while self.candidate is not None and self.q is None and self.removed_mass <= 1.0 - _LOW:
             got = self.candidate(self.j)
             self.j += 1
             if got is None:
+                self.candidate = None
                 break
             d, mass = got
             if mass > 0.0 and d not in self.removed:
                 return d, mass, math.log1p(-self.removed_mass)
+        uniform = getattr(draw, "uniform", None)
+        if self.cdf is not None and uniform is not None and self.removed_mass <= 1.0 - _LOW:
+            got = self._corrected(uniform())
+            if got is not None:
+                return got
         self.log_row()
         m = float(self.q.sum())
         if m > _TINY:
@@ -134,10 +152,35 @@ class _Pool:
         d = int(draw(probs))
         return d, float(self.q[d]), log_m
 
+    def _corrected(self, u: float) -> tuple[int, float, float] | None:
+        """The corrected-CDF draw of the class docstring for uniform u (None on rounding trouble:
+        the caller then draws the O(V) way)."""
+        if self._c is None:
+            self._c = self.cdf()
+        c = self._c
+        if self._ri is None:
+            self._ri = sorted(self.removed)
+            self._rc = list(np.cumsum([c[k] - (c[k - 1] if k else 0.0) for k in self._ri]))
+        total = float(c[-1])
+        t = u * (total - (self._rc[-1] if self._rc else 0.0))
+        shift = -1.0
+        r = 0.0
+        while r != shift:
+            shift = r
+            i = int(np.searchsorted(c, t + shift, side="right"))
+            if i >= len(c):
+                return None
+            k = bisect_right(self._ri, i)
+            r = float(self._rc[k - 1]) if k else 0.0
+        if i in self.removed:
+            return None
+        return i, (float(c[i]) - (float(c[i - 1]) if i else 0.0)) / total, math.log1p(-self.removed_mass)
+
     def remove(self, d: int, mass: float) -> None:
         """Take the rejected token d (of mass q(d)) out of the pool."""
         self.removed[d] = mass
         self.removed_mass += mass
+        self._ri = None
         if self.q is not None:
             self.q[d], self.alive[d] = 0.0, False
 
@@ -193,7 +236,7 @@ class AWRSSampler(TokenSampler):
             if self.potential is None and probs[0] > 0.0:
                 out.append((tokens[0], 0.0))  # the common case, without building a pool
                 continue
-            pool = _Pool(lambda j, t=tokens, q=probs: (t[j], q[j]) if j < len(t) else None, st.row)
+            pool = _Pool(lambda j, t=tokens, q=probs: (t[j], q[j]) if j < len(t) else None, st.row, st.cdf)
             out.append(await self._simulate(ctx, pool, draw))
         return out
 

@@ -249,6 +249,10 @@ class Stream:
     def row(self) -> tuple[np.ndarray, np.ndarray]:
         return law_of_cdf(self._dists.cdf[self._b])
 
+    def cdf(self) -> np.ndarray:
+        """The row's CDF as float64 numpy (a view, no copy, on a CPU device)."""
+        return self._dists.cdf[self._b].detach().to("cpu", torch.float64).numpy()
+
 
 def law_of_cdf(cdf: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """(q, log q) as float64 numpy for one CDF row: q(a) = (cdf[a] - cdf[a-1]) / cdf[-1]."""
@@ -291,10 +295,13 @@ def draw_streams(dists: NextTokenDists, uniforms: np.ndarray) -> list[Stream]:
     return [Stream(t, q, dists, b) for b, (t, q) in enumerate(zip(tokens, probs))]
 
 
-def cpu_stream(logp: np.ndarray, draw: Any) -> tuple[Callable[[int], tuple[int, float] | None], Callable[[], tuple[np.ndarray, np.ndarray]]] | None:
+def cpu_stream(logp: np.ndarray, draw: Any) -> tuple[Callable[[int], tuple[int, float] | None],
+                                                     Callable[[], tuple[np.ndarray, np.ndarray]],
+                                                     Callable[[], np.ndarray]] | None:
     """The reference (one particle, CPU) version of ``draw_streams`` for a draw exposing
-    ``stream_uniform``: (candidate(j) -> (token, q) or None past the reserve, row() -> (q, log q)),
-    with the CDF computed exactly as ``dists_from_logprobs`` does. None for plain draw functions."""
+    ``stream_uniform``: (candidate(j) -> (token, q) or None past the reserve, row() -> (q, log q),
+    cdf() -> the CDF), the CDF computed exactly as ``dists_from_logprobs`` does. None for plain
+    draw functions."""
     stream_uniform = getattr(draw, "stream_uniform", None)
     if stream_uniform is None:
         return None
@@ -316,4 +323,4 @@ def cpu_stream(logp: np.ndarray, draw: Any) -> tuple[Callable[[int], tuple[int, 
             cache.append(law_of_cdf(cdf_t))
         return cache[0]
 
-    return candidate, row
+    return candidate, row, lambda: c

@@ -10,7 +10,7 @@ import torch
 from potentials.base import NEG_INF, logsumexp
 from samplers import AWRSSampler, DirectSampler, MaskingSampler, ProposalSampler, make_sampler
 from samplers.awrs import log_inv_time
-from samplers.base import BlockDraw, draw_streams, inverse_cdf, law_of_cdf
+from samplers.base import BlockDraw, cpu_stream, draw_streams, inverse_cdf, law_of_cdf
 from smc.backends.base import dists_from_logprobs
 from tests.toy_problems import FastToyLM, TokenPredicate, TokenSoft, enumerate_paths
 
@@ -313,3 +313,34 @@ def test_sample_with_engine_draws_takes_the_population_step():
     assert len(out) == 12 and all(t in ALLOWED[(0,)] for t, _ in out)
     asyncio.run(sampler.sample((0,), np.random.default_rng(0)))
     assert len(sizes) == 1
+
+
+def test_corrected_cdf_draw_equals_inverse_cdf_on_the_restricted_row():
+    """After the stream, AWRS draws from the remaining tokens on the row's CDF corrected for the
+    removed ones; that picks the index inverse_cdf picks on the zeroed row, for the same u."""
+    from samplers.awrs import _Pool
+
+    rng = np.random.default_rng(3)
+    hits = 0
+    for _ in range(300):
+        n = int(rng.integers(2, 60))
+        logp = np.log(rng.dirichlet(np.full(n, 0.3)))
+        candidate, row, cdf = cpu_stream(logp, BlockDraw(np.empty(0), 0, np.empty(0)))
+        q, _ = row()
+        gone = rng.choice(n, size=int(rng.integers(0, n)), replace=False)
+        pool = _Pool(None, row, cdf)
+        for k in gone:
+            pool.remove(int(k), float(q[k]))
+        if pool.removed_mass > 1 - 1e-3:
+            continue
+        u = rng.random()
+        got = pool._corrected(u)
+        assert got is None or got[0] not in set(gone.tolist())
+        if got is not None:
+            hits += 1
+            restricted = q.copy()
+            restricted[gone] = 0.0
+            assert got[0] == inverse_cdf(restricted, u)
+            assert math.isclose(got[1], q[got[0]], rel_tol=1e-9)
+            assert math.isclose(got[2], math.log(restricted.sum()), rel_tol=1e-9, abs_tol=1e-12)
+    assert hits > 200
