@@ -107,18 +107,26 @@ class BareTimer:
 
     def __init__(self, lm):
         self.lm, self.total, self.cache, self.rows = lm, 0.0, None, 0
-        self._inner = lm._batcher._process  # benchmark-only hook on the HF backend's batch call
-        lm._batcher._process = self._wrapped
+        # benchmark-only hooks on the HF backend's two batch calls: auto-batched requests and
+        # the samplers' population steps
+        self._inner = lm._batcher._process
+        self._inner_dists = lm._dists
+        lm._batcher._process = self._wrapped(self._inner)
+        lm._dists = self._wrapped(self._inner_dists)
 
     def close(self) -> None:
         self.lm._batcher._process = self._inner
+        self.lm._dists = self._inner_dists
 
-    def _wrapped(self, requests):
-        out = self._inner(requests)
-        t0 = time.perf_counter()
-        self._bare(len(requests), requests[0])
-        self.total += time.perf_counter() - t0
-        return out
+    def _wrapped(self, inner):
+        def call(requests):
+            out = inner(requests)
+            t0 = time.perf_counter()
+            self._bare(len(requests), requests[0])
+            self.total += time.perf_counter() - t0
+            return out
+
+        return call
 
     @torch.no_grad()
     def _bare(self, rows: int, first: tuple[int, ...]) -> None:

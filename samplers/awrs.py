@@ -37,15 +37,20 @@ such potentials need the direct sampler. ``max_draws`` caps thinning loops like 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from bisect import bisect_right
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from potentials.base import NEG_INF, Potential, logsumexp
-from samplers.base import Draw, TokenSampler, normalized
+from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream, normalized
+from smc.backends.base import NextTokenDists
 
 #: below this remaining mass, draws are computed in log space instead of linear space
 _TINY = 1e-200
+#: below this remaining mass, no draws from the row's CDF corrected for removed tokens
+#: (1 - removed keeps ~13 digits above it)
+_LOW = 1e-3
 #: trapezoid step (in u = log s) for log_inv_time; the integrand is analytic in |Im u| < pi,
 #: so the rule's relative error is about exp(-2 pi (pi - 0.3) / h) ~ 1e-15 at h = 0.5
 _STEP = 0.5
@@ -75,25 +80,109 @@ def log_inv_time(log_rates: Sequence[float]) -> float:
     return math.log(_STEP) + logsumexp(g)
 
 
-def _remaining_inverse_cdf(
-    cum: np.ndarray, removed: list[tuple[int, float]], t: float, alive: np.ndarray
-) -> int | None:
-    """The smallest i with F(i) > t, F(i) = cum[i] - (mass of removed tokens with index <= i):
-    inverse-CDF sampling of p restricted to the remaining tokens, without a new cumsum.
+class _Pool:
+    """Candidates for the event simulation: each ``next()`` is a token d drawn from q restricted
+    to the tokens not yet removed, with q(d) and the log of the remaining mass m = q(not removed).
 
-    Iterates i <- searchsorted(cum, t + R(i)) from R = 0; R only grows, so this stops after at
-    most len(removed) + 1 searches, and every index it passes has F <= t. None when rounding
-    lands on a removed token or past the end (the caller then draws the slow way).
+    Stream phase (a draw with stream uniforms): d is the next of a stream of i.i.d. draws from q,
+    skipping tokens already removed. Conditioned on not being removed, an i.i.d. draw from q is a
+    draw from q restricted to the remaining tokens, so the discrete path has exactly the law of
+    the restricted draws. Then, while m > 1e-3 and the draw exposes ``uniform()``, inverse-CDF
+    draws from the remaining tokens on the row's CDF C corrected for the removed tokens: the
+    smallest i with C(i) - R(i) > u (C(-1) - R(-1)) where R(i) = removed mass at indices <= i,
+    found by i <- searchsorted(C, u (C(-1) - R(-1)) + R(i)) from R = 0 (R only grows, and every
+    index passed has C - R <= t): no O(V) work per draw. Otherwise (plain draw functions, tiny m,
+    rounding) the row q is fetched and d = draw(q restricted / m); below a remaining mass of
+    1e-200 the restricted law is normalized in log space.
     """
-    shift = -1.0
-    r = 0.0
-    while r != shift:
-        shift = r
-        i = int(np.searchsorted(cum, t + shift, side="right"))
-        if i >= len(cum):
+
+    __slots__ = ("candidate", "fetch", "cdf", "q", "logq", "alive", "removed", "removed_mass", "j",
+                 "_c", "_ri", "_rc")
+
+    def __init__(
+        self,
+        candidate: Callable[[int], tuple[int, float] | None] | None,
+        fetch: Callable[[], tuple[np.ndarray, np.ndarray]],
+        cdf: Callable[[], np.ndarray] | None = None,
+    ):
+        self.candidate, self.fetch, self.cdf = candidate, fetch, cdf
+        self.q: np.ndarray | None = None
+        self.logq: np.ndarray | None = None
+        self.alive: np.ndarray | None = None
+        self.removed: dict[int, float] = {}
+        self.removed_mass = 0.0
+        self.j = 0
+        self._c: np.ndarray | None = None
+        self._ri: list[int] | None = None  # removed indices, sorted (None: to rebuild)
+        self._rc: list[float] = []  # their CDF increments, cumulated
+
+    def log_row(self) -> np.ndarray:
+        """log q over the whole vocabulary (removed tokens included)."""
+        if self.logq is None:
+            q, self.logq = self.fetch()
+            self.q, self.alive = q.copy(), np.isfinite(self.logq)
+            for d in self.removed:
+                self.q[d], self.alive[d] = 0.0, False
+        return self.logq
+
+    def next(self, draw: Draw) -> tuple[int, float, float] | None:
+        """(d, q(d), log m) for the next candidate; None once no token of positive mass remains."""
+        while self.candidate is not None and self.q is None and self.removed_mass <= 1.0 - _LOW:
+            got = self.candidate(self.j)
+            self.j += 1
+            if got is None:
+                self.candidate = None
+                break
+            d, mass = got
+            if mass > 0.0 and d not in self.removed:
+                return d, mass, math.log1p(-self.removed_mass)
+        uniform = getattr(draw, "uniform", None)
+        if self.cdf is not None and uniform is not None and self.removed_mass <= 1.0 - _LOW:
+            got = self._corrected(uniform())
+            if got is not None:
+                return got
+        self.log_row()
+        m = float(self.q.sum())
+        if m > _TINY:
+            d = int(draw(self.q / m))
+            return d, float(self.q[d]), math.log(m)
+        if not self.alive.any():
             return None
-        r = sum(mass for k, mass in removed if k <= i)
-    return i if alive[i] else None
+        probs, log_m = normalized(np.where(self.alive, self.logq, NEG_INF))
+        d = int(draw(probs))
+        return d, float(self.q[d]), log_m
+
+    def _corrected(self, u: float) -> tuple[int, float, float] | None:
+        """The corrected-CDF draw of the class docstring for uniform u (None on rounding trouble:
+        the caller then draws the O(V) way)."""
+        if self._c is None:
+            self._c = self.cdf()
+        c = self._c
+        if self._ri is None:
+            self._ri = sorted(self.removed)
+            self._rc = list(np.cumsum([c[k] - (c[k - 1] if k else 0.0) for k in self._ri]))
+        total = float(c[-1])
+        t = u * (total - (self._rc[-1] if self._rc else 0.0))
+        shift = -1.0
+        r = 0.0
+        while r != shift:
+            shift = r
+            i = int(np.searchsorted(c, t + shift, side="right"))
+            if i >= len(c):
+                return None
+            k = bisect_right(self._ri, i)
+            r = float(self._rc[k - 1]) if k else 0.0
+        if i in self.removed:
+            return None
+        return i, (float(c[i]) - (float(c[i - 1]) if i else 0.0)) / total, math.log1p(-self.removed_mass)
+
+    def remove(self, d: int, mass: float) -> None:
+        """Take the rejected token d (of mass q(d)) out of the pool."""
+        self.removed[d] = mass
+        self.removed_mass += mass
+        self._ri = None
+        if self.q is not None:
+            self.q[d], self.alive[d] = 0.0, False
 
 
 class AWRSSampler(TokenSampler):
@@ -104,7 +193,12 @@ class AWRSSampler(TokenSampler):
             <= 0 (Boolean constraints, or graded weights in [0, 1] such as LM probabilities).
         max_checks: distinct tokens checked before the exact fallback (0: always the full vector).
         max_draws: draws before the exact fallback (bounds thinning loops on tiny weights).
+
+    Has a population step (samplers.base): one LM call and one batched stream draw for all
+    particles, then each particle's event simulation (``_simulate``) on the CPU over its stream.
     """
+
+    population = True
 
     def __init__(
         self,
@@ -123,50 +217,55 @@ class AWRSSampler(TokenSampler):
         self.stats.update(fallbacks=0, draws=0)
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
+        """Reference path: one particle on the CPU; the stream (if the draw has stream
+        uniforms) is drawn from the same CDF and uniforms as the population step's."""
         logp = await self.lm_logprobs(ctx)
+        stream = cpu_stream(logp, draw)
+        if stream is None:
+            pool = _Pool(None, lambda: (np.exp(logp), logp))
+        else:
+            pool = _Pool(*stream)
+        return await self._simulate(ctx, pool, draw)
+
+    async def _sample_population(
+        self, items: list[tuple[tuple[int, ...], BlockDraw]], dists: NextTokenDists, streams: list[Stream]
+    ) -> list[tuple[int, float]]:
+        out = []
+        for (ctx, draw), st in zip(items, streams):
+            tokens, probs = st.tokens, st.probs
+            if self.potential is None and probs[0] > 0.0:
+                out.append((tokens[0], 0.0))  # the common case, without building a pool
+                continue
+            pool = _Pool(lambda j, t=tokens, q=probs: (t[j], q[j]) if j < len(t) else None, st.row, st.cdf)
+            out.append(await self._simulate(ctx, pool, draw))
+        return out
+
+    async def _simulate(self, ctx: tuple[int, ...], pool: _Pool, draw: Draw) -> tuple[int, float]:
+        """The event simulation of the module docstring over ``pool``'s candidates; shared by the
+        reference path, the population step, and plain draw functions (exact enumeration)."""
         if self.potential is None:
-            return int(draw(normalized(logp)[0])), 0.0
-        p = np.exp(logp)  # arrival rate per token; removed (weight 0) tokens are set to 0
-        alive = np.isfinite(logp)
+            got = pool.next(draw)
+            return (got[0], 0.0) if got is not None else (self.dead_token(pool.log_row()), NEG_INF)
         checked: dict[int, float] = {}
         log_rates: list[float] = []
         first: int | None = None
-        last_rejected = self.dead_token(logp)
-        # Inverse-CDF draws from the remaining tokens by correcting one cumsum of p for the
-        # few removed tokens, while they hold at most half the mass (no cancellation).
-        uniform = getattr(draw, "uniform", None)
-        if uniform is not None:
-            cum = np.cumsum(p)
-            total, removed_mass, removed = float(cum[-1]), 0.0, []
+        last_rejected: int | None = None
+        stats = self.stats
         while True:
             if len(checked) >= self.max_checks or len(log_rates) >= self.max_draws:
-                return await self._fallback(ctx, logp, draw, log_rates, first)
-            d = None
-            if uniform is not None and removed_mass <= 0.5 * total:
-                m = total - removed_mass
-                d = _remaining_inverse_cdf(cum, removed, uniform() * m, alive)
-                log_m = math.log(m)
-            if d is None:
-                m = float(p.sum())
-                if m > _TINY:
-                    probs, log_m = p / m, math.log(m)
-                else:  # almost all mass removed: renormalize in log space over what remains
-                    if not alive.any():
-                        return last_rejected, NEG_INF
-                    probs, log_m = normalized(np.where(alive, logp, NEG_INF))
-                d = int(draw(probs))
-            self.stats["draws"] += 1
+                return await self._fallback(ctx, pool.log_row(), draw, log_rates, first)
+            got = pool.next(draw)
+            if got is None:  # every token of positive mass was rejected
+                return (self.dead_token(pool.log_row()) if last_rejected is None else last_rejected), NEG_INF
+            d, mass, log_m = got
+            stats["draws"] += 1
             log_rates.append(log_m)
             v = checked.get(d)
             if v is None:
-                self.stats["checks"] += 1
+                stats["checks"] += 1
                 v = checked[d] = self._check_weight(float((await self.potential.logw_subset(ctx, [d]))[0]), d)
             if v == NEG_INF:
-                if uniform is not None:
-                    removed_mass += float(p[d])
-                    removed.append((d, float(p[d])))
-                p[d] = 0.0
-                alive[d] = False
+                pool.remove(d, mass)
                 last_rejected = d
                 continue
             if v < 0.0 and draw(np.array([math.exp(v), -math.expm1(v)])) != 0:

@@ -15,18 +15,31 @@ inside SMC as an importance-weighted draw from t / sum(t).
 Randomness: every random choice goes through a *draw function* ``draw(probs) -> index`` that
 picks an index of a probability vector. ``rng`` may be a numpy Generator (turned into an
 inverse-CDF draw) or such a function directly (tests pass one that enumerates every path).
-Inverse-CDF draws also expose ``uniform()``, the u in [0, 1) that ``draw`` would use, so that a
-sampler may invert a CDF it maintains itself (same index, without building ``probs``).
+Inverse-CDF draws also expose ``uniform()``, the u in [0, 1) that ``draw`` would use, and
+``stream_uniform(j)``: the j-th of a few uniforms reserved for a sampler's stream of i.i.d.
+candidate draws (None past the reserve), which a sampler inverts through the LM's CDF itself.
+
+Population step: when ``sample`` gets a draw that carries a block of stream uniforms (the engine's
+``BlockDraw``) and the sampler has a population step (``population = True``), the call joins a
+batch with every other particle asking meanwhile (``smc.backends.batching.AutoBatcher``); the
+batch asks the LM once for all contexts (``NextTokenDists`` on the LM's device), draws every
+particle's stream with one batched inverse-CDF search, and moves only the drawn ids and their
+probabilities to the CPU. ``_sample`` (one particle, on the CPU) is the reference path: it uses the
+same uniforms and the same CDF, so both paths return the same (token, weight).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Sequence, Union
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence, Union
 
 import numpy as np
+import torch
 
 from potentials.base import NEG_INF, Potential, logsumexp
+from smc.backends.base import NextTokenDists, dists_from_logprobs, next_token_dists
+from smc.backends.batching import AutoBatcher
 
 #: picks an index of a probability vector (entries >= 0, summing to 1 up to rounding)
 Draw = Callable[[np.ndarray], int]
@@ -42,6 +55,10 @@ def inverse_cdf(probs: np.ndarray, u: float) -> int:
     return i
 
 
+#: stream uniforms a Generator-backed draw offers (drawn lazily, in order of use)
+_GENERATOR_STREAM = 16
+
+
 class Categorical:
     """Inverse-CDF draws, one uniform from ``rng`` each."""
 
@@ -50,6 +67,10 @@ class Categorical:
 
     def uniform(self) -> float:
         return self._rng.random()
+
+    def stream_uniform(self, j: int) -> float | None:
+        """The next uniform while j < 16 (callers ask for j = 0, 1, ... in order), else None."""
+        return self._rng.random() if j < _GENERATOR_STREAM else None
 
     def __call__(self, probs: np.ndarray) -> int:
         return inverse_cdf(probs, self.uniform())
@@ -61,17 +82,25 @@ def categorical(rng: np.random.Generator) -> Draw:
 
 
 class BlockDraw:
-    """Inverse-CDF draws from a given block of uniforms, then from ``default_rng(seed)``.
+    """Inverse-CDF draws from a given block of uniforms, then from ``default_rng(seed)``; and a
+    separate block ``stream`` of uniforms for a sampler's candidate stream (``stream_uniform``).
 
     Lets an engine hand each particle its own random stream from one vectorized draw per step
-    (creating a Generator per particle per step costs more than a whole toy step).
+    (creating a Generator per particle per step costs more than a whole toy step). The two
+    blocks are disjoint, so candidates and coins are independent.
     """
 
-    def __init__(self, uniforms: np.ndarray, seed: int):
+    __slots__ = ("_u", "_k", "_seed", "_rng", "stream")
+
+    def __init__(self, uniforms: np.ndarray, seed: int, stream: np.ndarray | None = None):
         self._u = uniforms
         self._k = 0
         self._seed = seed
         self._rng: np.random.Generator | None = None
+        self.stream = np.empty(0) if stream is None else stream
+
+    def stream_uniform(self, j: int) -> float | None:
+        return float(self.stream[j]) if j < len(self.stream) else None
 
     def uniform(self) -> float:
         if self._k < len(self._u):
@@ -140,6 +169,12 @@ class TokenSampler(ABC):
         lp = await self.lm.next_token_logprobs(self.prompt_ids + tuple(ctx))
         return lp.detach().to("cpu").double().numpy() if hasattr(lp, "detach") else np.asarray(lp, float)
 
+    async def lm_logprobs_at(self, ctx: Sequence[int], tokens: Sequence[int]) -> list[float]:
+        """[log p(a | prompt + ctx) for a in tokens], without copying the whole row."""
+        lp = await self.lm.next_token_logprobs(self.prompt_ids + tuple(ctx))
+        picked = lp[list(tokens)]
+        return [float(x) for x in (picked.tolist() if hasattr(picked, "tolist") else picked)]
+
     async def potential_logw(self, ctx: Sequence[int]) -> np.ndarray:
         """logw_next(ctx) over the whole vocabulary (zeros without a potential)."""
         if self.potential is None:
@@ -154,10 +189,43 @@ class TokenSampler(ABC):
             return logp
         return logp + await self.potential_logw(ctx)
 
+    #: True when the sampler has a population step (``_sample_population``)
+    population: bool = False
+    #: most particles in one population step
+    max_population = 4096
+
     async def sample(self, ctx: Sequence[int], rng: RandomSource) -> tuple[int, float]:
         """A properly weighted draw ``(token, log_weight)`` for the target t at ``ctx``."""
         self.stats["steps"] += 1
-        return await self._sample(tuple(ctx), as_draw(rng))
+        draw = as_draw(rng)
+        ctx = ctx if type(ctx) is tuple else tuple(ctx)
+        if self.population and type(draw) is BlockDraw and len(draw.stream):
+            batcher = self.__dict__.get("_population_batcher")
+            if batcher is None:
+                batcher = self._population_batcher = AutoBatcher(self._population_step, self.max_population)
+            return await batcher.submit((ctx, draw))
+        return await self._sample(ctx, draw)
+
+    async def _population_step(self, items: list[tuple[tuple[int, ...], BlockDraw]]) -> list[tuple[int, float]]:
+        """One batched LM call and one batched stream draw for all ``items``, then the sampler's
+        per-particle work (``_sample_population``)."""
+        prompt = self.prompt_ids
+        dists = await next_token_dists(self.lm, [prompt + ctx for ctx, _ in items])
+        widths = {len(d.stream) for _, d in items}
+        if len(widths) == 1:
+            streams = draw_streams(dists, np.stack([d.stream for _, d in items]))
+        else:  # blocks of different lengths (hand-made draws): one search per particle
+            streams = [draw_streams(NextTokenDists(dists.logp[b : b + 1], dists.cdf[b : b + 1]),
+                                    d.stream[None])[0] for b, (_, d) in enumerate(items)]
+        return await self._sample_population(items, dists, streams)
+
+    async def _sample_population(
+        self,
+        items: list[tuple[tuple[int, ...], BlockDraw]],
+        dists: NextTokenDists,
+        streams: list["Stream"],
+    ) -> list[tuple[int, float]]:
+        raise NotImplementedError
 
     @abstractmethod
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]: ...
@@ -166,3 +234,93 @@ class TokenSampler(ABC):
     def dead_token(logp: np.ndarray) -> int:
         """The token returned alongside weight -inf: the LM's most likely one (rejected too)."""
         return int(np.argmax(logp))
+
+
+class Stream:
+    """Pre-drawn i.i.d. candidates from one row's law q(a) = (cdf[a] - cdf[a-1]) / cdf[-1]:
+    ``tokens[j]`` and ``probs[j]`` = q(tokens[j]); ``row()`` fetches (q, log q) over the whole
+    vocabulary as float64 numpy (O(V), only when a sampler needs the full row)."""
+
+    __slots__ = ("tokens", "probs", "_dists", "_b")
+
+    def __init__(self, tokens: list[int], probs: list[float], dists: NextTokenDists | None, b: int):
+        self.tokens, self.probs, self._dists, self._b = tokens, probs, dists, b
+
+    def row(self) -> tuple[np.ndarray, np.ndarray]:
+        return law_of_cdf(self._dists.cdf[self._b])
+
+    def cdf(self) -> np.ndarray:
+        """The row's CDF as float64 numpy (a view, no copy, on a CPU device)."""
+        return self._dists.cdf[self._b].detach().to("cpu", torch.float64).numpy()
+
+
+def law_of_cdf(cdf: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(q, log q) as float64 numpy for one CDF row: q(a) = (cdf[a] - cdf[a-1]) / cdf[-1]."""
+    c = cdf.detach().to("cpu", torch.float64).numpy()
+    q = np.diff(c, prepend=0.0) / c[-1]
+    np.maximum(q, 0.0, out=q)
+    with np.errstate(divide="ignore"):
+        return q, np.log(q)
+
+
+@contextmanager
+def one_thread(device: torch.device) -> Iterator[None]:
+    """Run small CPU tensor ops on one thread: B * K binary searches (or one row's cumsum) take
+    microseconds there, while handing them to the intra-op pool costs 2-20 ms per call on a
+    loaded 2-core machine (measured)."""
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    if threads > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads > 1:
+            torch.set_num_threads(threads)
+
+
+def draw_streams(dists: NextTokenDists, uniforms: np.ndarray) -> list[Stream]:
+    """For every row b and uniform u = uniforms[b, j]: the token a with
+    cdf[b, a-1] <= u cdf[b, -1] < cdf[b, a] (one batched search on the rows' device) and its
+    probability q_b(a). Only these [B, K] ids and probabilities leave the device."""
+    cdf = dists.cdf
+    with one_thread(cdf.device):
+        u = torch.from_numpy(np.ascontiguousarray(uniforms)).to(cdf.device, cdf.dtype)
+        total = cdf[:, -1:]
+        ids = torch.searchsorted(cdf, u * total, right=True).clamp_(max=cdf.shape[1] - 1)
+        hi = cdf.gather(1, ids)
+        lo = cdf.gather(1, (ids - 1).clamp_(min=0))
+        lo = torch.where(ids > 0, lo, torch.zeros((), dtype=cdf.dtype, device=cdf.device))
+        probs = ((hi - lo) / total).tolist()
+        tokens = ids.tolist()
+    return [Stream(t, q, dists, b) for b, (t, q) in enumerate(zip(tokens, probs))]
+
+
+def cpu_stream(logp: np.ndarray, draw: Any) -> tuple[Callable[[int], tuple[int, float] | None],
+                                                     Callable[[], tuple[np.ndarray, np.ndarray]],
+                                                     Callable[[], np.ndarray]] | None:
+    """The reference (one particle, CPU) version of ``draw_streams`` for a draw exposing
+    ``stream_uniform``: (candidate(j) -> (token, q) or None past the reserve, row() -> (q, log q),
+    cdf() -> the CDF), the CDF computed exactly as ``dists_from_logprobs`` does. None for plain
+    draw functions."""
+    stream_uniform = getattr(draw, "stream_uniform", None)
+    if stream_uniform is None:
+        return None
+    with one_thread(torch.device("cpu")):
+        cdf_t = dists_from_logprobs(torch.from_numpy(np.ascontiguousarray(logp))[None]).cdf[0]
+    c = cdf_t.numpy()
+    total = float(c[-1])
+    cache: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def candidate(j: int) -> tuple[int, float] | None:
+        u = stream_uniform(j)
+        if u is None:
+            return None
+        a = min(int(np.searchsorted(c, u * total, side="right")), len(c) - 1)
+        return a, (float(c[a]) - (float(c[a - 1]) if a > 0 else 0.0)) / total
+
+    def row() -> tuple[np.ndarray, np.ndarray]:
+        if not cache:
+            cache.append(law_of_cdf(cdf_t))
+        return cache[0]
+
+    return candidate, row, lambda: c

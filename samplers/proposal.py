@@ -52,9 +52,9 @@ class ProposalSampler(TokenSampler):
         token, log_wq = await self.inner.sample(ctx, rng)
         if log_wq == NEG_INF:
             return token, NEG_INF
-        logp = await self.lm_logprobs(ctx)
-        logq = await self.inner.lm_logprobs(ctx)
-        return token, log_wq + float(logp[token]) - float(logq[token])
+        (logp,) = await self.lm_logprobs_at(ctx, [token])
+        (logq,) = await self.inner.lm_logprobs_at(ctx, [token])
+        return token, log_wq + logp - logq
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
         return await self.sample(ctx, draw)

@@ -34,6 +34,8 @@ from smc.result import Result, Sample, StepRecord
 
 #: uniforms handed to each particle per step before it falls back to its own Generator
 _BLOCK = 8
+#: further uniforms per particle and step reserved for a sampler's candidate stream
+_STREAM = 16
 
 Critic = Callable[[Model], "float | Awaitable[float]"]
 
@@ -117,7 +119,7 @@ async def smc(
         progress: tqdm bar (None: shown only once the run has lasted 2 s; False: never).
         progress_total: length of the bar (default max_steps).
     """
-    check_smc_args(particles, ess_threshold, resampling)
+    check_smc_args(particles, ess_threshold, resampling, seed)
     scheme = get_scheme(resampling)
     n = int(particles)
     rng = np.random.default_rng(seed)
@@ -142,12 +144,12 @@ async def smc(
             if not live:
                 break
             step += 1
-            lengths = [len(p.token_ids()) for p in pop]
-            uniforms = rng.random((len(live), _BLOCK))
-            seeds = rng.integers(0, 2**63 - 1, size=len(live))
+            lengths = [p.n_tokens() for p in pop]
+            uniforms = rng.random((len(live), _BLOCK + _STREAM))
+            seeds = rng.integers(0, 2**63 - 1, size=len(live)).tolist()
             for i, u, s in zip(live, uniforms, seeds):
                 pop[i].untwist()
-                pop[i]._draw = BlockDraw(u, int(s))
+                pop[i]._draw = BlockDraw(u[:_BLOCK], s, u[_BLOCK:])
             await run_all(pop[i].step() for i in live)
             if critic is not None:
                 await run_all(_apply_critic(critic, pop[i]) for i in live)
@@ -159,7 +161,7 @@ async def smc(
             record = dict(
                 step=step,
                 active=[i in live_set for i in range(n)],
-                tokens=[tuple(p.token_ids()[k:]) for p, k in zip(pop, lengths)],
+                tokens=[p.tokens_since(k) for p, k in zip(pop, lengths)],
                 log_weights=lw.tolist(),
                 finished=[p.finished for p in pop],
                 ess=e,

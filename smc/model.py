@@ -62,7 +62,9 @@ def reachable(obj: Any, max_depth: int = 8) -> Iterator[Any]:
         yield x
         if is_lm(x) or isinstance(x, Potential):
             continue
-        if isinstance(x, dict):
+        if isinstance(x, TokenSampler):  # its private members are machinery (batchers), not state
+            children = [v for k, v in vars(x).items() if not k.startswith("_")]
+        elif isinstance(x, dict):
             children = list(x.values())
         elif isinstance(x, (list, tuple, set, frozenset)):
             children = list(x)
@@ -163,7 +165,7 @@ class TokenDist(Distribution):
 
     async def log_prob(self, token: int) -> float:
         ctx = tuple(self.context.tokens)
-        lp = float((await self.sampler.lm_logprobs(ctx))[token])
+        lp = (await self.sampler.lm_logprobs_at(ctx, [token]))[0]
         if self.sampler.potential is None or lp == NEG_INF:
             return lp
         return lp + float((await self.sampler.potential.logw_subset(ctx, [token]))[0])
@@ -262,6 +264,14 @@ class Model:
         ctx = getattr(self, "context", None)
         return tuple(ctx.tokens) if isinstance(ctx, LMContext) else ()
 
+    def n_tokens(self) -> int:
+        """len(self.token_ids()); programs may answer without building the tuple."""
+        return len(self.token_ids())
+
+    def tokens_since(self, k: int) -> tuple[int, ...]:
+        """self.token_ids()[k:]; programs may answer without building the whole tuple."""
+        return tuple(self.token_ids()[k:])
+
     def clone(self) -> "Model":
         """Deep copy of the particle's state, sharing LMs, potentials and samplers."""
         memo = {id(x): x for x in reachable(self) if _is_shared(x)}
@@ -290,7 +300,7 @@ class ConstrainedGeneration(Model):
         ctx = tuple(self.tokens)
         if len(ctx) >= self.max_tokens:
             eos = list(self.sampler.eos_ids)
-            logp = (await self.sampler.lm_logprobs(ctx))[eos]
+            logp = np.array(await self.sampler.lm_logprobs_at(ctx, eos))
             if self.sampler.potential is not None:
                 logp = logp + np.asarray(await self.sampler.potential.logw_subset(ctx, eos))
             self.score(logsumexp(logp))
@@ -308,6 +318,12 @@ class ConstrainedGeneration(Model):
 
     def token_ids(self) -> tuple[int, ...]:
         return tuple(self.tokens)
+
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    def tokens_since(self, k: int) -> tuple[int, ...]:
+        return tuple(self.tokens[k:])
 
     def text(self) -> str:
         return decode(self.sampler.lm, self.tokens)

@@ -259,3 +259,42 @@ def test_encoding_and_metadata(embedded_lm):
     assert lm.eos_token_ids == [2]
     with pytest.raises(TypeError, match="str"):
         lm.encode(b"bytes")
+
+
+async def test_population_dists_equal_reference_and_stay_on_device(make_lm, reference):
+    """batch_next_token_dists: rows equal the reference, cdf = cumsum(exp(logp)) in float64,
+    duplicates run once, forward passes of at most max_batch distinct rows, KV reused."""
+    lm = make_lm(max_batch=4)
+    rng = np.random.default_rng(11)
+    prefix = random_ids(rng, 5)
+    batch = [prefix + random_ids(rng, 1) for _ in range(6)]
+    batch += [batch[0], batch[3]]  # siblings after resampling ask the same context
+    d = await lm.batch_next_token_dists(batch)
+    assert d.logp.shape == (8, 49152) and d.cdf.dtype == torch.float64
+    assert d.logp.device == lm.device and d.cdf.device == lm.device
+    for b, ids in enumerate(batch):
+        assert_close(d.logp[b], reference(ids))
+        np.testing.assert_allclose(d.cdf[b].numpy(), np.cumsum(np.exp(d.logp[b].double().numpy())),
+                                   rtol=1e-6, atol=1e-9)
+        assert abs(d.cdf[b, -1].item() - 1.0) < 1e-9
+    assert lm.stats["forward_passes"] == 2 and lm.stats["batch_rows"] == 6
+    # the next step extends every context by one token: one new position per distinct row
+    before = lm.stats["positions_computed"]
+    await lm.batch_next_token_dists([ids + [100] for ids in batch[:6]])
+    assert lm.stats["positions_computed"] - before == 6
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_runs_on_cpu_with_a_tiny_config():
+    """benchmarks/bench_gpu.py end to end on CPU: SMC and the plain decode loop both run, with
+    the 128,256-token vocabulary; one forward pass per SMC step (the population fits max_batch)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_gpu
+
+    (row,) = bench_gpu.run("tiny", "cpu", [3], 3, ["none"])
+    assert row["steps"] == 4  # 3 tokens, then the forced EOS
+    assert row["forward_passes"] == row["steps"]
+    assert row["finished"] == 3 and row["smc_s"] > 0 and row["plain_s"] > 0

@@ -5,11 +5,13 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from potentials.base import NEG_INF, logsumexp
 from samplers import AWRSSampler, DirectSampler, MaskingSampler, ProposalSampler, make_sampler
-from samplers.awrs import _remaining_inverse_cdf, log_inv_time
-from samplers.base import categorical, inverse_cdf
+from samplers.awrs import log_inv_time
+from samplers.base import BlockDraw, cpu_stream, draw_streams, inverse_cdf, law_of_cdf
+from smc.backends.base import dists_from_logprobs
 from tests.toy_problems import FastToyLM, TokenPredicate, TokenSoft, enumerate_paths
 
 VOCAB = [b"a", b"b", b"c", b"d", b"e", b"<eos>"]
@@ -180,38 +182,165 @@ def test_same_seed_same_draws():
     assert a[0] == a[1] == a[2]
 
 
-def test_remaining_inverse_cdf_equals_a_fresh_cumsum():
-    """AWRS's corrected-cumsum draw picks the index inverse_cdf picks on the zeroed vector."""
+def enumerate_stream_paths(run, logp, stream_len):
+    """Like ``enumerate_paths``, for draws that also expose ``stream_uniform(j)`` (j < stream_len):
+    each stream uniform branches over the cells of the stream law q (the CDF that
+    ``samplers.base.cpu_stream`` inverts) and returns the cell's midpoint, with probability q_i."""
+    c = dists_from_logprobs(torch.from_numpy(np.asarray(logp, dtype=float))[None]).cdf[0].numpy()
+    total = c[-1]
+    lo = np.concatenate([[0.0], c[:-1]])
+    q = (c - lo) / total
+    out = []
+    stack: list[list[int]] = [[]]
+    while stack:
+        forced = stack.pop()
+        chosen: list[int] = []
+        prob = [1.0]
+
+        def branch(weights):
+            support = np.flatnonzero(np.asarray(weights) > 0)
+            d = len(chosen)
+            if d < len(forced):
+                i = forced[d]
+            else:
+                for j in support[1:]:
+                    stack.append(chosen + [int(j)])
+                i = int(support[0])
+            chosen.append(i)
+            prob[0] *= float(weights[i])
+            return i
+
+        class Draw:
+            def __call__(self, probs):
+                return branch(probs)
+
+            def stream_uniform(self, j):
+                if j >= stream_len:
+                    return None
+                i = branch(q)
+                return (lo[i] + c[i]) / 2 / total
+
+        result = run(Draw())
+        out.append((prob[0], result))
+    return out
+
+
+@pytest.mark.parametrize("ctx", [(), (1,), (3,)])
+@pytest.mark.parametrize("stream_len,cap", [(1, 64), (3, 64), (1, 2)])
+def test_awrs_stream_path_properly_weighted_by_enumeration(ctx, stream_len, cap):
+    """The stream phase (i.i.d. candidates from q, removed tokens skipped), then the restricted
+    phase once the stream is used up: exact by enumeration of both kinds of randomness."""
+    # a draw cap keeps the thinning loops of the graded potential small enough to enumerate
+    for phi, draws in ((PHI, 256), (SOFT, 2)):
+        sampler = AWRSSampler(LM, phi, max_checks=cap, max_draws=draws)
+        paths = enumerate_stream_paths(lambda d: asyncio.run(sampler._sample(ctx, d)),
+                                       asyncio.run(sampler.lm_logprobs(ctx)), stream_len)
+        acc = np.zeros(len(VOCAB))
+        assert math.isclose(sum(pr for pr, _ in paths), 1.0, rel_tol=1e-9)
+        for pr, (token, logw) in paths:
+            if logw > NEG_INF:
+                acc[token] += pr * math.exp(logw)
+        np.testing.assert_allclose(acc, target(ctx, phi=phi), rtol=1e-6, atol=1e-12)
+
+
+def test_stream_draws_have_the_cdf_law():
+    """draw_streams (one batched search) picks, for every uniform u, the token inverse_cdf picks
+    on q, and reports q(token); over many uniforms the frequencies match q."""
     rng = np.random.default_rng(3)
-    for _ in range(300):
-        n = int(rng.integers(2, 60))
-        p = rng.dirichlet(np.full(n, 0.3))
-        gone = rng.choice(n, size=int(rng.integers(0, n)), replace=False)
-        alive = np.ones(n, dtype=bool)
-        alive[gone] = False
-        if not alive.any():
-            continue
-        q = np.where(alive, p, 0.0)
-        u = rng.random()
-        got = _remaining_inverse_cdf(np.cumsum(p), [(int(k), float(p[k])) for k in gone],
-                                     u * float(p.sum() - p[gone].sum()), alive)
-        assert got is None or alive[got]
-        if got is not None:
-            assert got == inverse_cdf(q, u)
+    V, B, K = 50, 4, 2000
+    logp = torch.log(torch.from_numpy(rng.dirichlet(np.full(V, 0.3), size=B)))
+    logp[:, 7] = float("-inf")  # a token of probability 0 is never drawn
+    logp = torch.log_softmax(logp, dim=-1)
+    dists = dists_from_logprobs(logp)
+    u = rng.random((B, K))
+    streams = draw_streams(dists, u)
+    for b in range(B):
+        q, _ = law_of_cdf(dists.cdf[b])
+        assert np.allclose(q, np.exp(logp[b].numpy()), atol=1e-12)
+        want = [inverse_cdf(q, x) for x in u[b, :50]]
+        assert streams[b].tokens[:50] == want
+        assert np.allclose(streams[b].probs, q[streams[b].tokens], rtol=1e-9)
+        freq = np.bincount(streams[b].tokens, minlength=V) / K
+        assert freq[7] == 0
+        assert np.abs(freq - q).max() < 4 * np.sqrt(0.25 / K)
 
 
-def test_awrs_fast_draws_equal_plain_draws():
-    """Inverse-CDF draws that expose uniform() take AWRS's corrected-cumsum path; a plain draw
-    function with the same uniforms takes the renormalizing path. Same tokens, same weights."""
-    n = 2000
+@pytest.mark.parametrize("phi", [PHI, SOFT, None], ids=["boolean", "graded", "none"])
+def test_population_step_equals_reference_path(phi):
+    """The population step (one LM call, one batched draw) and the one-particle reference path
+    give the same token and weight for the same uniforms, particle by particle."""
+    n = 300
     vocab = [f"t{i}".encode() for i in range(n - 1)] + [b"<eos>"]
     p = np.random.default_rng(0).dirichlet(np.full(n, 0.2))
-    lm = FastToyLM(vocab, b"<eos>", lambda ids: p)
-    phi = TokenPredicate(n, [n - 1], lambda x: all(t % 3 == 0 for t in x))
-    sampler = AWRSSampler(lm, phi)
-    for seed in range(40):
-        fast = asyncio.run(sampler.sample((), categorical(np.random.default_rng(seed))))
-        rng = np.random.default_rng(seed)
-        plain = asyncio.run(sampler.sample((), lambda probs: inverse_cdf(probs, rng.random())))
-        assert fast[0] == plain[0]
-        assert math.isclose(fast[1], plain[1], rel_tol=1e-9, abs_tol=1e-12)
+    lm = FastToyLM(vocab, b"<eos>", lambda ids: np.roll(p, len(ids)))
+    pot = None if phi is None else TokenPredicate(n, [n - 1], lambda x: all(t % 3 == 0 for t in x))
+    if phi is SOFT:
+        pot = TokenSoft(n, [n - 1], lambda x: -0.3 * sum(t % 2 for t in x),
+                       lambda x: -0.3 * sum(t % 2 for t in x) - 0.5)
+    sampler = AWRSSampler(lm, pot, max_checks=8, max_draws=2 if phi is SOFT else 256)
+    rng = np.random.default_rng(1)
+    ctxs = [(), (3,), (3, 6), (), (9,)] * 8
+    blocks = [(rng.random(8), int(rng.integers(2**32)), rng.random(16)) for _ in ctxs]
+    items = [(c, BlockDraw(*b)) for c, b in zip(ctxs, blocks)]
+    fast = asyncio.run(sampler._population_step(items))
+    ref = [asyncio.run(sampler._sample(c, BlockDraw(*b))) for c, b in zip(ctxs, blocks)]
+    assert [t for t, _ in fast] == [t for t, _ in ref]
+    np.testing.assert_allclose([w for _, w in fast], [w for _, w in ref], rtol=1e-12)
+    if pot is not None:
+        assert sampler.stats["fallbacks"] > 0  # the cap path is exercised on both paths
+
+
+def test_sample_with_engine_draws_takes_the_population_step():
+    """Concurrent sample() calls with stream-carrying draws are served by one population step
+    (one batched LM call); plain draws take the reference path."""
+    sampler = AWRSSampler(LM, PHI)
+    sizes = []
+    step = sampler._sample_population
+
+    async def spy(items, dists, streams):
+        sizes.append((len(items), tuple(dists.cdf.shape)))
+        return await step(items, dists, streams)
+
+    sampler._sample_population = spy
+    rng = np.random.default_rng(2)
+
+    async def go():
+        draws = [BlockDraw(rng.random(8), k, rng.random(16)) for k in range(12)]
+        return await asyncio.gather(*(sampler.sample((0,), d) for d in draws))
+
+    out = asyncio.run(go())
+    assert sizes == [(12, (12, len(VOCAB)))]
+    assert len(out) == 12 and all(t in ALLOWED[(0,)] for t, _ in out)
+    asyncio.run(sampler.sample((0,), np.random.default_rng(0)))
+    assert len(sizes) == 1
+
+
+def test_corrected_cdf_draw_equals_inverse_cdf_on_the_restricted_row():
+    """After the stream, AWRS draws from the remaining tokens on the row's CDF corrected for the
+    removed ones; that picks the index inverse_cdf picks on the zeroed row, for the same u."""
+    from samplers.awrs import _Pool
+
+    rng = np.random.default_rng(3)
+    hits = 0
+    for _ in range(300):
+        n = int(rng.integers(2, 60))
+        logp = np.log(rng.dirichlet(np.full(n, 0.3)))
+        candidate, row, cdf = cpu_stream(logp, BlockDraw(np.empty(0), 0, np.empty(0)))
+        q, _ = row()
+        gone = rng.choice(n, size=int(rng.integers(0, n)), replace=False)
+        pool = _Pool(None, row, cdf)
+        for k in gone:
+            pool.remove(int(k), float(q[k]))
+        if pool.removed_mass > 1 - 1e-3:
+            continue
+        u = rng.random()
+        got = pool._corrected(u)
+        assert got is None or got[0] not in set(gone.tolist())
+        if got is not None:
+            hits += 1
+            restricted = q.copy()
+            restricted[gone] = 0.0
+            assert got[0] == inverse_cdf(restricted, u)
+            assert math.isclose(got[1], q[got[0]], rel_tol=1e-9)
+            assert math.isclose(got[2], math.log(restricted.sum()), rel_tol=1e-9, abs_tol=1e-12)
+    assert hits > 200

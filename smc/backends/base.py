@@ -16,6 +16,9 @@ Optional members that the rest of the library uses when present:
     is_chat: bool                            the tokenizer has a chat template
     encode_chat(text, system=None)           prompt ids with the model's chat template
     stats: dict[str, int]                    counters (forward passes, computed positions, ...)
+    async batch_next_token_dists(batch)      NextTokenDists: the rows and their CDFs, on the
+                                             backend's device (the population step's input; the
+                                             default derives it from batch_next_token_logprobs)
 
 Backends know nothing of potentials or SMC.
 """
@@ -24,9 +27,47 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
+
+
+_INT = {int}
+
+
+@dataclass(frozen=True)
+class NextTokenDists:
+    """Next-token laws of a batch of contexts, on the backend's device.
+
+        logp[b, a] = log p(a | ctx_b)                  [B, V]
+        cdf[b, a]  = sum_{a' <= a} exp(logp[b, a'])      [B, V], float64 where the device has it
+
+    A sampler draws token a for row b by inverse CDF, a = searchsorted(cdf[b], u * cdf[b, -1]),
+    so the law drawn from is q_b(a) = (cdf[b, a] - cdf[b, a - 1]) / cdf[b, -1]: the CDF's own
+    increments, which is also the law a weight must use. Backends compute both tensors as part
+    of their forward (on a GPU that costs microseconds); ``dists_from_logprobs`` derives them.
+    """
+
+    logp: torch.Tensor
+    cdf: torch.Tensor
+
+
+def dists_from_logprobs(logp: torch.Tensor) -> NextTokenDists:
+    """NextTokenDists of log-prob rows [B, V]: cdf = cumsum(exp(logp)) in float64 (float32 on
+    devices without float64, e.g. MPS)."""
+    wide = torch.float32 if logp.device.type == "mps" else torch.float64
+    return NextTokenDists(logp, torch.cumsum(torch.exp(logp.to(wide)), dim=-1))
+
+
+async def next_token_dists(lm: Any, batch: Sequence[Sequence[int]]) -> NextTokenDists:
+    """``lm.batch_next_token_dists(batch)`` when the backend has it, else derived from
+    ``lm.batch_next_token_logprobs`` (any object meeting the backend protocol)."""
+    method = getattr(lm, "batch_next_token_dists", None)
+    if method is not None:
+        return await method(batch)
+    rows = await lm.batch_next_token_logprobs(batch)
+    return dists_from_logprobs(torch.as_tensor(rows))
 
 
 @runtime_checkable
@@ -67,18 +108,21 @@ class AsyncLM(ABC):
 
     def check_ids(self, ids: Sequence[int], *, allow_empty: bool = False) -> tuple[int, ...]:
         """``ids`` as a tuple of ints, or ValueError naming what is wrong with them."""
-        try:
-            out = tuple(int(i) for i in ids)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"token ids must be a sequence of integers, got {ids!r}") from e
+        if type(ids) is tuple and set(map(type, ids)) <= _INT:
+            out = ids  # the common case (engine contexts): nothing to convert
+        else:
+            try:
+                out = tuple(int(i) for i in ids)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"token ids must be a sequence of integers, got {ids!r}") from e
         if not out and not allow_empty:
             raise ValueError(
                 "empty token list: the model needs at least one token of context "
                 "(encode a prompt, or use a backend with a BOS token)"
             )
         n = len(self.vocab)
-        bad = [i for i in out if not 0 <= i < n]
-        if bad:
+        if out and (min(out) < 0 or max(out) >= n):
+            bad = [i for i in out if not 0 <= i < n]
             raise ValueError(f"token ids out of range [0, {n}): {bad[:5]}")
         if self.max_context is not None and len(out) > self.max_context:
             raise ValueError(
@@ -98,6 +142,11 @@ class AsyncLM(ABC):
             return torch.empty((0, len(self.vocab)))
         rows = await asyncio.gather(*(self._next_token_logprobs(ids) for ids in checked))
         return torch.stack(rows)
+
+    async def batch_next_token_dists(self, batch: Sequence[Sequence[int]]) -> NextTokenDists:
+        """NextTokenDists of every context in ``batch`` (backends override this to compute the
+        CDF inside their forward; this default derives it from the batch's rows)."""
+        return dists_from_logprobs(await self.batch_next_token_logprobs(batch))
 
     @abstractmethod
     async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor: ...

@@ -1,7 +1,8 @@
 """Auto-batching: concurrent requests from many coroutines become one call on a list.
 
 Every ``await batcher.submit(x)`` puts x in a queue. A worker task waits while the queue is still
-growing, then hands up to ``max_batch`` queued items to ``process`` in one call. It waits by
+growing, then hands up to ``max_batch`` queued items to ``process`` in one call (a plain function,
+as for an LM's forward pass, or a coroutine function, as for a sampler's population step). It waits by
 yielding to the event loop (``asyncio.sleep(0)``), never on a timer: when every coroutine that
 will ask has asked, the batch starts on the next loop turn, so batching adds no latency.
 """
@@ -9,7 +10,8 @@ will ask has asked, the batch starts on the next loop turn, so batching adds no 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Generic, Sequence, TypeVar
+import inspect
+from typing import Awaitable, Callable, Generic, Sequence, TypeVar, Union
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -19,9 +21,9 @@ class AutoBatcher(Generic[T, R]):
     """Gathers concurrent ``submit`` calls into calls of ``process(items) -> results``.
 
     Args:
-        process: computes one result per item (same order). It runs synchronously in the event
-            loop; if it raises, every request of that batch gets the exception and later
-            batches run as usual.
+        process: computes one result per item (same order), returned directly or awaited. If
+            it raises, every request of that batch gets the exception and later batches run
+            as usual.
         max_batch: most items per call.
         settle_turns: loop turns without a new request before a partial batch runs; more turns
             let deeper call chains (coroutines that await other coroutines before asking)
@@ -30,7 +32,7 @@ class AutoBatcher(Generic[T, R]):
 
     def __init__(
         self,
-        process: Callable[[list[T]], Sequence[R]],
+        process: Callable[[list[T]], Union[Sequence[R], Awaitable[Sequence[R]]]],
         max_batch: int,
         settle_turns: int = 2,
     ):
@@ -69,6 +71,8 @@ class AutoBatcher(Generic[T, R]):
                 continue
             try:
                 results = self._process([item for item, _ in live])
+                if inspect.isawaitable(results):
+                    results = await results
             except Exception as e:  # noqa: BLE001 - the callers receive it
                 for _, fut in live:
                     if not fut.done():

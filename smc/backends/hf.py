@@ -21,13 +21,13 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from smc.backends.base import AsyncLM
+from smc.backends.base import AsyncLM, NextTokenDists
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
 from smc.backends.prompts import TokenizerPrompts
@@ -83,7 +83,8 @@ class HFLM(TokenizerPrompts, AsyncLM):
     Args:
         model: a causal LM (``AutoModelForCausalLM``); put it on its device first.
         tokenizer: its tokenizer.
-        max_batch: most contexts in one forward pass.
+        max_batch: most contexts in one forward pass (default 256: a population of up to 256
+            particles takes one forward pass per step).
         cache_budget_bytes: bound on cached key/value states plus cached log-prob rows.
         kv_cache: reuse cached key/value states (default: when every layer is plain full
             attention with one state shape; other models recompute contexts, still batched
@@ -95,7 +96,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
         model: Any,
         tokenizer: Any,
         *,
-        max_batch: int = 32,
+        max_batch: int = 256,
         cache_budget_bytes: int = 1 << 30,
         kv_cache: bool | None = None,
     ):
@@ -214,21 +215,48 @@ class HFLM(TokenizerPrompts, AsyncLM):
         """Forget every cached state and log-prob row."""
         self.trie.clear()
 
+    async def batch_next_token_dists(self, batch: Sequence[Sequence[int]]) -> NextTokenDists:
+        """NextTokenDists of every context, computed on the model's device inside the forward
+        (float64 log-softmax, its exp and cumsum): no row leaves the device. Distinct contexts
+        are run once (in forward passes of at most ``max_batch`` rows); log-prob rows are not
+        cached (a population's contexts are new at every step; KV states are)."""
+        requests = [self.check_ids(ids) for ids in batch]
+        self.stats["requests"] += len(requests)
+        return self._dists(requests)
+
     @torch.inference_mode()
-    def _forward(self, requests: list[tuple[int, ...]]) -> list[torch.Tensor]:
-        """One forward pass for the distinct contexts among ``requests``."""
+    def _dists(self, requests: list[tuple[int, ...]]) -> NextTokenDists:
         distinct = list(dict.fromkeys(requests))
+        step = self._batcher.max_batch
+        parts = []
+        for k in range(0, len(distinct), step):
+            rows = self._rows(distinct[k : k + step])
+            logp, states = self._run(rows)
+            self._cache(rows, states, None)  # the population path keeps no rows: KV states only
+            parts.append(logp)
+        self.trie.evict()
+        logp = parts[0] if len(parts) == 1 else torch.cat(parts)
+        if len(distinct) < len(requests):
+            where = {ids: k for k, ids in enumerate(distinct)}
+            logp = logp[torch.tensor([where[ids] for ids in requests], device=logp.device)]
+        return NextTokenDists(logp.float(), torch.cumsum(torch.exp(logp), dim=-1))
+
+    def _rows(self, distinct: list[tuple[int, ...]]) -> list[_Row]:
         rows: list[_Row] = []
         for ids in distinct:
             # The last token is always run: its logits are what is asked for.
             past = self.trie.longest_prefix(ids, len(ids) - 1) if self._kv_shape else self.trie.root
             rows.append(_Row(ids, past, ids[past.depth :]))
-        logprobs = self._run(rows)
-        self.stats["forward_passes"] += 1
-        self.stats["batch_rows"] += len(rows)
-        out = {}
-        for r, lp in zip(rows, logprobs):
-            out[r.ids] = lp
+        return rows
+
+    @torch.inference_mode()
+    def _forward(self, requests: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """One forward pass for the distinct contexts among ``requests``."""
+        rows = self._rows(list(dict.fromkeys(requests)))
+        logp, states = self._run(rows)
+        logprobs = list(logp.float().cpu().unbind(0))
+        self._cache(rows, states, logprobs)
+        out = {r.ids: lp for r, lp in zip(rows, logprobs)}
         self.trie.evict()
         given: set[tuple[int, ...]] = set()
         results = []
@@ -238,9 +266,19 @@ class HFLM(TokenizerPrompts, AsyncLM):
             given.add(ids)
         return results
 
-    def _run(self, rows: list[_Row]) -> list[torch.Tensor]:
-        """log p(. | r.ids) for every row, running only ``r.new`` on top of ``r.past``'s states
-        (layout in the module docstring); the new states and rows go into the trie."""
+    def _cache(self, rows: list[_Row], states: torch.Tensor | None,
+               logprobs: list[torch.Tensor] | None) -> None:
+        """Put the rows' new positions (and, when given, their log-prob rows) into the trie."""
+        self.stats["recomputed_positions"] += self.trie.insert(
+            [(r.ids, r.past, r.new, None if logprobs is None else logprobs[b])
+             for b, r in enumerate(rows)],
+            states,
+        )
+
+    def _run(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """log p(. | r.ids) for every row as float64 [B, V] on the device, running only
+        ``r.new`` on top of ``r.past``'s states (layout in the module docstring), and the new
+        positions' key/value states (rows' ``new`` concatenated; None without a KV cache)."""
         B = len(rows)
         P = max(r.past.depth for r in rows)
         N = max(len(r.new) for r in rows)
@@ -291,15 +329,13 @@ class HFLM(TokenizerPrompts, AsyncLM):
             kwargs["past_key_values"] = Cache(layers=layers)
         logits = self.model(**kwargs).logits[:, -1, : len(self.vocab)]
         # Normalized in float64 so that rows sum to 1 to float32 precision.
-        logprobs = torch.log_softmax(logits.double(), dim=-1).float().cpu()
+        logprobs = torch.log_softmax(logits.double(), dim=-1)
 
+        self.stats["forward_passes"] += 1
+        self.stats["batch_rows"] += B
         self.stats["positions_computed"] += int(n.sum())
         self.stats["positions_reused"] += int(c.sum())
-        results = list(logprobs.unbind(0))
         new_states = None
         if self._kv_shape is not None:
             new_states = states[:, P:][torch.from_numpy(real_new).to(dev)]
-        self.stats["recomputed_positions"] += self.trie.insert(
-            [(r.ids, r.past, r.new, results[b]) for b, r in enumerate(rows)], new_states
-        )
-        return results
+        return logprobs, new_states

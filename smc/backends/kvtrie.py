@@ -138,11 +138,12 @@ class KVTrie:
     # ----------------------------------------------------------------- insert
     def insert(
         self,
-        entries: Sequence[tuple[tuple[int, ...], Node, Sequence[int], torch.Tensor]],
+        entries: Sequence[tuple[tuple[int, ...], Node, Sequence[int], torch.Tensor | None]],
         states: torch.Tensor | None,
     ) -> int:
         """Cache a batch: for each ``(ids, past, new, logprobs)``, the chain ``new`` below
-        ``past`` (so ``ids = path(past) + new``) and the row ``logprobs`` at its end.
+        ``past`` (so ``ids = path(past) + new``) and the row ``logprobs`` at its end (no row
+        when ``logprobs`` is None).
 
         ``states`` holds the new positions' key/value states, entries' ``new`` concatenated
         (one row of ``slot_numel`` each; None when ``slot_numel == 0``). When the whole batch
@@ -171,7 +172,8 @@ class KVTrie:
         part = entries[lo:hi]
         n = int(offsets[hi] - offsets[lo])
         extra = sum(
-            self.row_cost(ids) + len(new) * NODE_OVERHEAD + 8 * len(ids) for ids, _, new, _ in part
+            (0 if row is None else self.row_cost(ids)) + len(new) * NODE_OVERHEAD + 8 * len(ids)
+            for ids, _, new, row in part
         )
         slots = self._allocate(n, extra, keep)
         if slots is None:
@@ -185,8 +187,9 @@ class KVTrie:
             node, dup = self.extend(past, new, slots[offset : offset + len(new)])
             offset += len(new)
             duplicates += dup
-            # A copy with its own storage: a cached row must not keep its whole batch alive.
-            self.store_logprobs(tuple(ids), node, logprobs.clone())
+            if logprobs is not None:
+                # A copy with its own storage: a cached row must not keep its whole batch alive.
+                self.store_logprobs(tuple(ids), node, logprobs.clone())
         return duplicates
 
     def _allocate(self, n: int, extra_bytes: int, keep: set[int]) -> np.ndarray | None:

@@ -1,0 +1,133 @@
+"""SMC against plain batched decoding on the same model: an 8B-shaped Llama on a GPU.
+
+The model is a randomly initialized ``LlamaForCausalLM`` built from a config (no download): on
+CUDA Llama-3-8B's shape in bfloat16 (hidden 4096, 32 layers, 32 heads, 8 KV heads, intermediate
+14336, vocabulary 128,256); elsewhere a tiny config of the same vocabulary in float32, so the
+script (and its test) runs on any machine. Its vocabulary is the embedded tokenizer's 49,152
+tokens plus 79,104 synthetic lowercase tokens (" q" + base-26 letters), set on the backend after
+construction; the tokenizer only encodes the prompt. Timings do not depend on what the tokens
+spell; constraint checks do, and with random weights the JSON run is a worst case for AWRS (the
+model puts no mass on JSON), so read its ratio as an upper bound.
+
+    ratio = SMC wall / plain wall,
+
+SMC: ``smc.smc`` over HFLM (prefix-trie KV cache, population step), AWRS, N particles, until
+every particle has finished or ``tokens`` steps; plain: the same model, the same batch of N rows,
+a DynamicCache, one prefill and as many decode steps as the SMC run took, each sampling one
+token per row on the device (log_softmax, multinomial). Target: ratio <= 1.3.
+
+    python benchmarks/bench_gpu.py [--particles 16,64] [--tokens 256] [--constraints none,json]
+           [--device cuda|cpu] [--config 8b|tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_overhead import SCHEMA, embedded_vocab, synthetic_tokens  # noqa: E402
+from potentials import JSONSchema  # noqa: E402
+from samplers import make_sampler  # noqa: E402
+from smc.backends.hf import HFLM  # noqa: E402
+from smc.engine import smc  # noqa: E402
+from smc.model import ConstrainedGeneration, lift  # noqa: E402
+
+VOCAB = 128_256
+CONFIGS = {
+    "8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+               intermediate_size=14336),
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128),
+}
+PROMPT = "Write a short note about the sea as JSON:"
+
+
+def build(config: str, device: str) -> tuple[HFLM, list[int]]:
+    """(backend over a random Llama of the named shape, prompt ids)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from smc.loading import embedded_model_dir
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    cfg = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=4096, **CONFIGS[config])
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(dtype)
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    lm = HFLM(model, tok)
+    vocab, _ = embedded_vocab()
+    lm.vocab = vocab + synthetic_tokens(VOCAB - len(vocab))
+    return lm, list(tok.encode(PROMPT))
+
+
+@torch.inference_mode()
+def plain_decode(model: Any, prompt: list[int], n: int, steps: int, device: str) -> float:
+    """Seconds for one prefill of n copies of ``prompt`` and ``steps`` - 1 decode steps."""
+    from transformers import DynamicCache
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    gen = torch.Generator(device=device).manual_seed(0)
+    sync()
+    t0 = time.perf_counter()
+    cache = DynamicCache()
+    ids = torch.tensor([prompt] * n, device=device)
+    for _ in range(steps):
+        logits = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        probs = torch.softmax(logits.float(), dim=-1)
+        ids = torch.multinomial(probs, 1, generator=gen)
+    sync()
+    return time.perf_counter() - t0
+
+
+def run(config: str, device: str, particles: list[int], tokens: int, constraints: list[str]) -> list[dict]:
+    lm, prompt = build(config, device)
+    rows = []
+    for constraint in constraints:
+        for n in particles:
+            pot = lift(JSONSchema(SCHEMA) if constraint == "json" else None, lm)
+            sampler = make_sampler("awrs", lm, pot, prompt)
+            lm.clear_cache()
+            sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+            sync()
+            t0 = time.perf_counter()
+            r = asyncio.run(smc(ConstrainedGeneration(sampler, tokens), n, seed=0, progress=False))
+            sync()
+            wall = time.perf_counter() - t0
+            steps = r.stats["steps"]
+            plain = plain_decode(lm.model, prompt, n, steps, device)
+            rows.append(dict(config=config, device=device, constraint=constraint, N=n, steps=steps,
+                             smc_s=round(wall, 3), plain_s=round(plain, 3), ratio=round(wall / plain, 2),
+                             forward_passes=r.stats["lm_forward_passes"],
+                             full_evals=r.stats["full_evaluations"], finished=len(r.finished)))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--particles", default="16,64")
+    ap.add_argument("--tokens", type=int, default=None, help="default 256 on CUDA, 16 elsewhere")
+    ap.add_argument("--constraints", default="none,json")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--config", default=None, help="8b (default on CUDA) or tiny")
+    args = ap.parse_args()
+    config = args.config or ("8b" if args.device == "cuda" else "tiny")
+    tokens = args.tokens or (256 if args.device == "cuda" else 16)
+    rows = run(config, args.device, [int(x) for x in args.particles.split(",")], tokens,
+               args.constraints.split(","))
+    print("| config | device | constraint | N | steps | SMC s | plain s | ratio | target | forward passes | full evals | finished |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['config']} | {r['device']} | {r['constraint']} | {r['N']} | {r['steps']} | {r['smc_s']} | "
+              f"{r['plain_s']} | **{r['ratio']}** | 1.3 | {r['forward_passes']} | {r['full_evals']} | {r['finished']} |")
+
+
+if __name__ == "__main__":
+    main()
