@@ -13,7 +13,7 @@ Byte-level potentials (constraints over text) have ``size == 257``: one entry pe
 EOS at 256; their contexts are ``bytes``. Token-level potentials (LMs, lifted constraints) use the
 LM's token ids, its EOS ids among them; their contexts are tuples of ints.
 
-Contract (``tests/potential_contract.py`` checks it for every potential):
+Contract (``potentials.testing`` checks it for every potential):
 prefix(x) = -inf implies prefix(x y) = complete(x y) = -inf; the two identities above; and every
 batch method equals its single version.
 """

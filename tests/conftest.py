@@ -18,3 +18,26 @@ def embedded_lm():
     from smc.loading import load_lm
 
     return load_lm()
+
+
+# Every test that loads the embedded model is marked `slow` (so `-m "not slow"` is a fast run that
+# really loads no model): checked at collection for the fixture, and at run time for direct loads.
+def pytest_collection_modifyitems(config, items):
+    unmarked = [it.nodeid for it in items
+                if "embedded_lm" in getattr(it, "fixturenames", ()) and it.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests that use the embedded model must be marked @pytest.mark.slow: " + ", ".join(unmarked[:10])
+        )
+
+
+@pytest.fixture(autouse=True)
+def _embedded_model_needs_slow_marker(request, monkeypatch):
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    import smc.loading
+
+    def refuse():
+        raise RuntimeError(f"{request.node.nodeid} loads the embedded model but is not marked @pytest.mark.slow")
+
+    monkeypatch.setattr(smc.loading, "embedded_model_dir", refuse)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from potentials import Grammar
 from potentials.base import NEG_INF
-from tests.potential_contract import PotentialContract
+from potentials.testing import PotentialContract
 
 ARITH = r"""
 ?start: sum

@@ -51,6 +51,7 @@ def assert_close(got: torch.Tensor, ref: torch.Tensor):
     assert diff <= TOL, diff
 
 
+@pytest.mark.slow
 async def test_alone_equals_reference(make_lm, reference):
     lm = make_lm()
     rng = np.random.default_rng(0)
@@ -62,6 +63,7 @@ async def test_alone_equals_reference(make_lm, reference):
     assert lm.stats["forward_passes"] == 4
 
 
+@pytest.mark.slow
 async def test_ragged_batch_with_partial_hits_equals_reference(make_lm, reference):
     lm = make_lm(max_batch=64)
     rng = np.random.default_rng(1)
@@ -78,6 +80,7 @@ async def test_ragged_batch_with_partial_hits_equals_reference(make_lm, referenc
         assert_close(row, reference(ids))
 
 
+@pytest.mark.slow
 async def test_cache_hits_are_exact_and_free(make_lm, reference):
     lm = make_lm()
     rng = np.random.default_rng(2)
@@ -93,6 +96,7 @@ async def test_cache_hits_are_exact_and_free(make_lm, reference):
     assert torch.equal((await lm.next_token_logprobs(seqs[0])), first[0])
 
 
+@pytest.mark.slow
 async def test_extending_by_k_computes_exactly_k_positions(make_lm, reference):
     lm = make_lm()
     rng = np.random.default_rng(3)
@@ -109,6 +113,7 @@ async def test_extending_by_k_computes_exactly_k_positions(make_lm, reference):
     assert lm.stats["recomputed_positions"] == 0
 
 
+@pytest.mark.slow
 async def test_siblings_after_resampling_share_their_prefix(make_lm, reference):
     """The SMC step: many particles, each one token past a shared cached prefix."""
     lm = make_lm(max_batch=32)
@@ -128,6 +133,7 @@ async def test_siblings_after_resampling_share_their_prefix(make_lm, reference):
         assert_close(row, reference(g))
 
 
+@pytest.mark.slow
 async def test_64_concurrent_requests_batch_into_ceil_64_over_max_batch(make_lm):
     rng = np.random.default_rng(5)
     seqs = [random_ids(rng, int(rng.integers(1, 3))) for _ in range(64)]
@@ -144,6 +150,7 @@ async def test_64_concurrent_requests_batch_into_ceil_64_over_max_batch(make_lm)
         assert lm.stats["batch_rows"] == 64
 
 
+@pytest.mark.slow
 async def test_eviction_never_changes_results(make_lm, reference):
     probe = make_lm()
     slot, row = probe.trie.slot_bytes, probe.trie.row_bytes
@@ -165,6 +172,7 @@ async def test_eviction_never_changes_results(make_lm, reference):
         assert lm0.trie.used_bytes == 0
 
 
+@pytest.mark.slow
 async def test_without_kv_reuse_still_exact(make_lm, reference):
     lm = make_lm(kv_cache=False)
     rng = np.random.default_rng(7)
@@ -175,6 +183,7 @@ async def test_without_kv_reuse_still_exact(make_lm, reference):
     assert lm.stats["positions_reused"] == 0
 
 
+@pytest.mark.slow
 async def test_bad_requests_name_the_problem(make_lm):
     lm = make_lm()
     with pytest.raises(ValueError, match="empty token list"):
@@ -192,6 +201,7 @@ async def test_bad_requests_name_the_problem(make_lm):
     assert lm.stats["forward_passes"] == 0
 
 
+@pytest.mark.slow
 async def test_failed_forward_fails_its_batch_only(make_lm, reference, monkeypatch):
     lm = make_lm()
     real_run = lm._run
@@ -211,6 +221,7 @@ async def test_failed_forward_fails_its_batch_only(make_lm, reference, monkeypat
     assert_close(await lm.next_token_logprobs([10, 20]), reference([10, 20]))
 
 
+@pytest.mark.slow
 async def test_failing_model_forward_keeps_backend_serving(make_lm, reference, monkeypatch):
     lm = make_lm()
     real_forward = lm.model.forward
@@ -226,6 +237,7 @@ async def test_failing_model_forward_keeps_backend_serving(make_lm, reference, m
     assert lm.trie.used_bytes > 0
 
 
+@pytest.mark.slow
 async def test_cancelled_waiter_leaves_backend_usable(make_lm, reference):
     lm = make_lm()
     task = asyncio.ensure_future(lm.next_token_logprobs([30, 31]))
@@ -239,6 +251,7 @@ async def test_cancelled_waiter_leaves_backend_usable(make_lm, reference):
     assert_close(await lm.next_token_logprobs([30, 31]), reference([30, 31]))
 
 
+@pytest.mark.slow
 def test_usable_across_event_loops(make_lm, reference):
     lm = make_lm()
     a = asyncio.run(lm.next_token_logprobs([50, 51]))
@@ -247,6 +260,7 @@ def test_usable_across_event_loops(make_lm, reference):
     assert_close(b, reference([50, 51, 52]))
 
 
+@pytest.mark.slow
 def test_encoding_and_metadata(embedded_lm):
     lm = embedded_lm
     assert lm.encode("Hello world") == lm.tokenizer("Hello world")["input_ids"]
@@ -261,6 +275,7 @@ def test_encoding_and_metadata(embedded_lm):
         lm.encode(b"bytes")
 
 
+@pytest.mark.slow
 async def test_population_dists_equal_reference_and_stay_on_device(make_lm, reference):
     """batch_next_token_dists: rows equal the reference, cdf = cumsum(exp(logp)) in float64,
     duplicates run once, forward passes of at most max_batch distinct rows, KV reused."""

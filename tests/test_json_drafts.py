@@ -18,7 +18,7 @@ from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft2
 
 from potentials.base import NEG_INF
 from potentials.json_schema import JSONSchema
-from tests.potential_contract import MaskKeyContract
+from potentials.testing import MaskKeyContract
 
 D4 = "http://json-schema.org/draft-04/schema#"
 D6 = "http://json-schema.org/draft-06/schema#"

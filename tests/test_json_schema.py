@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from potentials.base import NEG_INF
 from potentials.json_schema import JSONSchema
-from tests.potential_contract import MaskKeyContract, PlainTextBudgetContract, PotentialContract
+from potentials.testing import MaskKeyContract, PlainTextBudgetContract, PotentialContract
 
 OBJ = {
     "type": "object",

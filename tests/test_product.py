@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from potential_contract import MaskKeyContract, PlainTextBudgetContract, PotentialContract
+from potentials.testing import MaskKeyContract, PlainTextBudgetContract, PotentialContract
 from test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_lm
 
 from potentials.base import NEG_INF, BytePotential

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import regex
-from potential_contract import MaskKeyContract, PotentialContract
+from potentials.testing import MaskKeyContract, PotentialContract
 
 from potentials.base import NEG_INF
 from potentials.fsm import InvalidRegex

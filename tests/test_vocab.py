@@ -40,6 +40,7 @@ def test_token_bytes_schemes():
     assert token_bytes("plain", "text") == b"plain"
 
 
+@pytest.mark.slow
 def test_embedded_tokenizer_round_trips(embedded_lm):
     tok = embedded_lm.tokenizer
     assert tokenizer_scheme(tok) == "byte_level"
@@ -50,6 +51,7 @@ def test_embedded_tokenizer_round_trips(embedded_lm):
         assert joined(vocab, ids) == text.encode(), text
 
 
+@pytest.mark.slow
 def test_embedded_special_tokens(embedded_lm):
     tok = embedded_lm.tokenizer
     eos = tok.eos_token_id

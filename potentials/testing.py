@@ -1,4 +1,10 @@
-"""The Potential contract as an inheritable test class.
+"""The Potential contract as an inheritable test class, for constraint authors and this project.
+
+    from potentials.testing import PotentialContract
+
+    class TestMyConstraint(PotentialContract):
+        def potential(self): return MyConstraint()
+        def contexts(self): return [b"", b"ab", b"ab1"]
 
 Every potential's test module subclasses ``PotentialContract`` and provides ``potential()`` and
 ``contexts()``; pytest then runs every check below on it. For each context x (and each symbol a
@@ -18,6 +24,7 @@ means plain text w stays alive iff it has at most B characters; some context mus
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any, Sequence
 
@@ -26,6 +33,16 @@ import numpy as np
 from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text
 
 TOL = 1e-6
+
+
+def _sync(check):
+    """Run an async check with ``asyncio.run``, so the contract needs no pytest plugin."""
+
+    def test(self):
+        asyncio.run(check(self))
+
+    test.__name__, test.__qualname__, test.__doc__ = check.__name__, check.__qualname__, check.__doc__
+    return test
 
 
 def same(a: float, b: float, tol: float = TOL) -> bool:
@@ -56,6 +73,7 @@ class PotentialContract:
         pick = list(rng.permutation(live)[:k]) + list(rng.permutation(dead)[: max(1, k // 4)])
         return [int(a) for a in pick]
 
+    @_sync
     async def test_logw_next_matches_prefix_and_complete(self):
         pot = self.potential()
         for ctx in self.contexts():
@@ -72,6 +90,7 @@ class PotentialContract:
                 want = await pot.prefix(pot.extend(ctx, a)) - base
                 assert same(logw[a], want), (ctx, a, logw[a], want)
 
+    @_sync
     async def test_dead_prefixes_stay_dead(self):
         pot = self.potential()
         for ctx in self.contexts():
@@ -85,6 +104,7 @@ class PotentialContract:
                 assert await pot.prefix(longer) == NEG_INF, (ctx, a)
                 assert await pot.complete(longer) == NEG_INF, (ctx, a)
 
+    @_sync
     async def test_logw_subset_matches_logw_next(self):
         pot = self.potential()
         for ctx in self.contexts():
@@ -94,6 +114,7 @@ class PotentialContract:
             for a, v in zip(syms, sub):
                 assert same(v, logw[a]), (ctx, a, v, logw[a])
 
+    @_sync
     async def test_batch_methods_match_single(self):
         pot = self.potential()
         ctxs = list(self.contexts())
@@ -123,6 +144,7 @@ def _live_states(pot: BytePotential, contexts: Sequence[bytes]) -> list[tuple[by
 class PlainTextBudgetContract(PotentialContract):
     """The contract plus ``plain_text_budget``'s claim (see the module docstring)."""
 
+    @_sync
     async def test_plain_text_budget_holds(self):
         pot = self.potential()
         assert all(is_plain_text(w) for w in PLAIN_PROBES)
@@ -140,6 +162,7 @@ class PlainTextBudgetContract(PotentialContract):
 class MaskKeyContract(PotentialContract):
     """The contract plus ``mask_key``'s claim (see the module docstring)."""
 
+    @_sync
     async def test_equal_mask_keys_have_equal_liveness(self):
         pot = self.potential()
         by_key: dict[Any, list[tuple[Any, tuple[bool, ...]]]] = {}
