@@ -205,22 +205,23 @@ FAMILIES = ("json", "regex", "grammar")
 
 
 def select(names: str | None = None, families: str | None = None, limit: int | None = None) -> list[Task]:
-    """Tasks by comma-separated names and/or families (all by default), the first ``limit`` of
-    each family. ValueError for an unknown name or family."""
-    by_name = {t.name: t for t in TASKS}
+    """Tasks by comma-separated names (in that order; "ada" is the issue's Ada task, not in
+    TASKS) and/or families (all of TASKS by default), the first ``limit`` of each family.
+    ValueError for an unknown name or family."""
+    by_name = {t.name: t for t in [*TASKS, ADA]}
     chosen = list(TASKS)
+    if names:
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        bad = [n for n in wanted if n not in by_name]
+        if bad:
+            raise ValueError(f"unknown task {bad[0]!r}")
+        chosen = [by_name[n] for n in wanted]
     if families:
         fams = [f.strip() for f in families.split(",") if f.strip()]
         bad = [f for f in fams if f not in FAMILIES]
         if bad:
             raise ValueError(f"unknown task family {bad[0]!r}; choose from {', '.join(FAMILIES)}")
         chosen = [t for t in chosen if t.family in fams]
-    if names:
-        wanted = [n.strip() for n in names.split(",") if n.strip()]
-        bad = [n for n in wanted if n not in by_name]
-        if bad:
-            raise ValueError(f"unknown task {bad[0]!r}")
-        chosen = [t for t in chosen if t.name in wanted]
     if limit is not None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
@@ -332,3 +333,15 @@ def gold_text(task: Task) -> str:
     if task.family == "regex":
         return task.gold
     return ", ".join(task.gold)
+
+
+#: The issue's task: "Describe a person named Ada, aged 36, ..." with three required fields, 48
+#: tokens. Scored on the two fields the prompt fixes (name and age); hobbies are free.
+ADA = Task(
+    "ada", "json", "Describe a person named Ada, aged 36, who likes math and music, as JSON.",
+    {"name": "Ada", "age": 36},
+    schema={"type": "object", "required": ["name", "age", "hobbies"], "additionalProperties": False,
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                           "hobbies": {"type": "array", "items": {"type": "string"}}}},
+    max_tokens=48,
+)
