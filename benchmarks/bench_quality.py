@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -118,12 +119,20 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
         answer, valid = qt.parse_answer(task, text, constrained=True)
         acc += prob * qt.score(task, answer)
         val += prob * valid
+    # the share of posterior weight on texts whose tokens are the tokenizer's own encoding of
+    # the text (canonical); the rest of the weight sits on other spellings of the same text
+    canonical = 0.0
+    if post:
+        fin = [s for s in r.samples if s.finished]
+        top = max(s.log_weight for s in fin)
+        w = [math.exp(s.log_weight - top) for s in fin]
+        canonical = sum(wi for wi, s in zip(w, fin) if list(s.token_ids) == list(lm.encode(s.text))) / sum(w)
     finished = [s for s in r.samples if s.finished]
     unfinished = [s for s in r.samples if not s.finished]
     rec.update(accuracy=acc, validity=val, empty=not post,
                log_ml=None if m["sampler"] == "masking" else float(r.log_ml), wall_s=wall,
                best=(r.best or "")[:300] if post else (unfinished[0].text[:300] if unfinished else ""),
-               finished=len(finished), resampling_events=r.stats.get("resampling_events"),
+               finished=len(finished), canonical=canonical, resampling_events=r.stats.get("resampling_events"),
                tokens=r.stats.get("tokens"))
     return rec
 
@@ -152,9 +161,12 @@ def summarize(records: list[dict]) -> str:
     for r in records:
         if r["method"].startswith("masking") and not r["empty"]:
             masking_done[r["N"]].add((r["task"], r["seed"]))
-    families = sorted({r["family"] for r in records})
+    def group(r: dict) -> str:  # the Ada task is reported on its own
+        return "ada" if r["task"] == "ada" else r["family"]
+
+    families = sorted({group(r) for r in records})
     for fam in families + (["all"] if len(families) > 1 else []):
-        rows = [r for r in records if fam == "all" or r["family"] == fam]
+        rows = [r for r in records if fam == "all" or group(r) == fam]
         groups: dict[tuple, list] = defaultdict(list)
         for r in rows:
             groups[(r["method"], r["N"] if r["method"] != "unconstrained" else 1)].append(r)
