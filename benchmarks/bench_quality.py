@@ -1,0 +1,279 @@
+"""Answer quality on gold-answer tasks (benchmarks/quality_tasks.py), embedded model, CPU.
+
+For every task t, method m, particle count N and seed s, one run of the method gives a weighted
+set of answers; we record
+
+    accuracy  = sum_x post(x) * score_t(x)     (posterior-weighted; 0 for a run with no answer)
+    validity  = sum_x post(x) * [x satisfies the constraint]
+    empty     = [no finished sample]            (no answer at all)
+    log_ml    = log Ẑ (SMC methods), wall time
+
+where post is the run's posterior over finished texts (uniform over finished particles for
+masking, whose weights are improper; a point mass for one unconstrained sample). Methods:
+
+    unconstrained        one sample with no constraint (budget max_tokens + 32: the model may
+                         chat before answering), read as a user would (quality_tasks.parse_answer:
+                         outermost {...}, first regex match, first grammar line)
+    SAMPLER[:WS][:budget] SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
+                         whitespace WS (compact, flexible or an int run length; ignored by regex and
+                         grammar tasks), and with ``budget`` the smc.twists.BudgetTwist critic
+
+Summary: per method and N, the mean of each quantity over runs with a 95% bootstrap interval
+(runs resampled with replacement, 2000 times), and "finished where masking finished": among the
+(task, seed) pairs where masking at the same N returned a sample, the fraction where the method
+did.
+
+    python benchmarks/bench_quality.py [--tasks NAMES] [--families json,regex,grammar]
+        [--limit K (default 3 when no tasks/families are named)] [--methods unconstrained,masking:flexible,awrs:compact,awrs:flexible]
+        [--particles 4,16] [--seeds 0] [--ess-threshold 0.5] [--jsonl FILE] [--summary FILE]
+
+A run's records go to --jsonl as they finish (one JSON object per run); runs already in that
+file are not repeated (resume), and ``--summarize FILE...`` prints the tables of saved records
+without running anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import quality_tasks as qt  # noqa: E402
+
+SAMPLER_NAMES = ("awrs", "direct", "masking")
+DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
+
+
+def parse_method(spec: str) -> dict:
+    """'unconstrained' or 'SAMPLER[:WS][:budget]' -> {sampler, whitespace, critic}."""
+    if spec == "unconstrained":
+        return {"sampler": None, "whitespace": None, "critic": None}
+    parts = spec.split(":")
+    if parts[0] not in SAMPLER_NAMES:
+        raise ValueError(f"unknown method {spec!r}: start with unconstrained, {', '.join(SAMPLER_NAMES)}")
+    ws: str | int = "compact"
+    critic = None
+    for p in parts[1:]:
+        if p in ("compact", "flexible"):
+            ws = p
+        elif p.isdigit():
+            ws = int(p)
+        elif p == "budget":
+            critic = p
+        else:
+            raise ValueError(f"unknown part {p!r} in method {spec!r}")
+    return {"sampler": parts[0], "whitespace": ws, "critic": critic}
+
+
+def constraint_for(task: qt.Task, whitespace):
+    from potentials import Grammar, JSONSchema, Regex
+
+    if task.family == "json":
+        return JSONSchema(task.schema, whitespace=whitespace)
+    if task.family == "regex":
+        return Regex(task.pattern)
+    return Grammar(task.grammar)
+
+
+def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: float) -> dict:
+    """One run of method ``spec`` on ``task``: the record described in the module docstring."""
+    import smc
+
+    m = parse_method(spec)
+    rec = {"task": task.name, "family": task.family, "method": spec, "N": n, "seed": seed,
+           "ess_threshold": ess_threshold}
+    t0 = time.perf_counter()
+    if m["sampler"] is None:
+        r = smc.generate(task.prompt, None, lm=lm, particles=1, max_tokens=task.max_tokens + 32,
+                         seed=seed, progress=False)
+        wall = time.perf_counter() - t0
+        text = r.samples[0].text
+        answer, valid = qt.parse_answer(task, text, constrained=False)
+        rec.update(accuracy=qt.score(task, answer), validity=float(valid), empty=answer is None,
+                   log_ml=None, wall_s=wall, best=text[:300], tokens=len(r.samples[0].token_ids))
+        return rec
+    critic = None
+    if m["critic"] == "budget":
+        from smc.twists import BudgetTwist
+
+        critic = BudgetTwist()
+    r = smc.generate(task.prompt, constraint_for(task, m["whitespace"]), lm=lm, particles=n,
+                     max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
+                     ess_threshold=ess_threshold, progress=False, critic=critic)
+    wall = time.perf_counter() - t0
+    post = r.posterior
+    acc = val = 0.0
+    for text, prob in post.items():
+        answer, valid = qt.parse_answer(task, text, constrained=True)
+        acc += prob * qt.score(task, answer)
+        val += prob * valid
+    # the share of posterior weight on texts whose tokens are the tokenizer's own encoding of
+    # the text (canonical); the rest of the weight sits on other spellings of the same text
+    canonical = 0.0
+    if post:
+        fin = [s for s in r.samples if s.finished]
+        top = max(s.log_weight for s in fin)
+        w = [math.exp(s.log_weight - top) for s in fin]
+        canonical = sum(wi for wi, s in zip(w, fin) if list(s.token_ids) == list(lm.encode(s.text))) / sum(w)
+    finished = [s for s in r.samples if s.finished]
+    unfinished = [s for s in r.samples if not s.finished]
+    rec.update(accuracy=acc, validity=val, empty=not post,
+               log_ml=None if m["sampler"] == "masking" else float(r.log_ml), wall_s=wall,
+               best=(r.best or "")[:300] if post else (unfinished[0].text[:300] if unfinished else ""),
+               finished=len(finished), canonical=canonical, resampling_events=r.stats.get("resampling_events"),
+               tokens=r.stats.get("tokens"))
+    return rec
+
+
+# ---------------------------------------------------------------------------- summary
+def bootstrap_ci(x: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of x."""
+    if len(x) == 0:
+        return (float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(reps, len(x)))].mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def fmt(x: np.ndarray, digits: int = 2) -> str:
+    if len(x) == 0:
+        return "-"
+    lo, hi = bootstrap_ci(x)
+    return f"{x.mean():.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def summarize(records: list[dict]) -> str:
+    """Markdown tables: per family (and all), per method and N."""
+    out = []
+    masking_done: dict[tuple, set] = defaultdict(set)  # (N) -> {(task, seed)} where masking answered
+    for r in records:
+        if r["method"].startswith("masking") and not r["empty"]:
+            masking_done[r["N"]].add((r["task"], r["seed"]))
+    def group(r: dict) -> str:  # the issue's Ada task is reported on its own
+        return "ada" if r["task"] == "ada" else r["family"]
+
+    families = sorted({group(r) for r in records})
+    for fam in families + (["all"] if len(families) > 1 else []):
+        rows = [r for r in records if fam == "all" or group(r) == fam]
+        groups: dict[tuple, list] = defaultdict(list)
+        for r in rows:
+            groups[(r["method"], r["N"] if r["method"] != "unconstrained" else 1)].append(r)
+        out.append(f"\n{fam} ({len({r['task'] for r in rows})} tasks)\n")
+        out.append("| method | N | runs | accuracy [95% CI] | validity | no answer | finished where masking did "
+                   "| log_ml (median) | wall s (mean) |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for (method, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            acc = np.array([r["accuracy"] for r in rs])
+            val = np.array([r["validity"] for r in rs])
+            emp = np.array([float(r["empty"]) for r in rs])
+            ref = masking_done.get(n, set())
+            both = [r for r in rs if (r["task"], r["seed"]) in ref]
+            fin = (f"{sum(not r['empty'] for r in both)}/{len(both)}" if both and not method.startswith("masking")
+                   else "-")
+            lml = [r["log_ml"] for r in rs if r.get("log_ml") is not None and np.isfinite(r["log_ml"])]
+            lml_s = f"{np.median(lml):.1f}" if lml else "-"
+            wall = np.mean([r["wall_s"] for r in rs])
+            out.append(f"| {method} | {n} | {len(rs)} | {fmt(acc)} | {fmt(val)} | {fmt(emp)} | {fin} | {lml_s} "
+                       f"| {wall:.1f} |")
+    return "\n".join(out)
+
+
+def machine() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:
+        commit = "?"
+    return f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", help="comma-separated task names (e.g. json-00,ada)")
+    ap.add_argument("--families", help="comma-separated families: json, regex, grammar")
+    ap.add_argument("--limit", type=int, help="first K tasks of each family")
+    ap.add_argument("--methods", default=DEFAULT_METHODS)
+    ap.add_argument("--particles", default="4")
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--ess-threshold", type=float, default=0.5)
+    ap.add_argument("--jsonl", help="append one record per run to this file")
+    ap.add_argument("--summarize", nargs="+", metavar="FILE", help="only summarize saved records")
+    args = ap.parse_args(argv)
+
+    if args.summarize:
+        records = [json.loads(ln) for f in args.summarize for ln in Path(f).read_text().splitlines() if ln.strip()]
+        print(summarize(records))
+        return
+    # with no task selection at all (as `make bench` runs it): the first 3 tasks of each family
+    limit = args.limit or (None if args.tasks or args.families else 3)
+    tasks = qt.select(args.tasks, args.families, limit)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        parse_method(m)
+    ns = [int(x) for x in args.particles.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    print(f"# bench_quality: {machine()}")
+    print(f"# tasks: {','.join(t.name for t in tasks)}")
+    print(f"# methods: {','.join(methods)}; N: {ns}; seeds: {seeds}; ess_threshold: {args.ess_threshold}")
+    sys.stdout.flush()
+
+    import smc
+
+    lm = smc.load_lm()
+    records = []
+    done: dict[tuple, dict] = {}
+    # resume: runs already in --jsonl (same task, method, N, seed, threshold) are not repeated
+    saved = {}
+    if args.jsonl and Path(args.jsonl).exists():
+        for ln in Path(args.jsonl).read_text().splitlines():
+            if ln.strip():
+                r = json.loads(ln)
+                saved[(r["task"], r["method"], r["N"], r["seed"], r["ess_threshold"])] = r
+    sink = open(args.jsonl, "a") if args.jsonl else None
+    try:
+        # method-major order: a grid cut short still has complete columns for its first methods
+        for method in methods:
+            for n in ([1] if method == "unconstrained" else ns):
+                for task in tasks:
+                    for seed in seeds:
+                        # whitespace only matters for JSON: other tasks reuse the identical run
+                        m = parse_method(method)
+                        key = (task.name, m["sampler"], m["critic"], n, seed)
+                        old = saved.get((task.name, method, n, seed, args.ess_threshold))
+                        if old is not None:
+                            records.append(old)
+                            done[key] = old
+                            continue
+                        if task.family != "json" and key in done:
+                            rec = {**done[key], "method": method}
+                        else:
+                            rec = run_one(lm, task, method, n, seed, args.ess_threshold)
+                            done[key] = rec
+                        records.append(rec)
+                        lml = "" if rec["log_ml"] is None else f" log_ml={rec['log_ml']:.1f}"
+                        print(f"{task.name} {method} N={n} s={seed}: acc={rec['accuracy']:.2f} "
+                              f"empty={rec['empty']}{lml} {rec['wall_s']:.1f}s | {rec['best'][:70]!r}")
+                        sys.stdout.flush()
+                        if sink:
+                            sink.write(json.dumps(rec) + "\n")
+                            sink.flush()
+    finally:
+        if sink:
+            sink.close()
+    print(summarize(records))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The answer-quality task set (benchmarks/quality_tasks.py): gold answers satisfy their own
+constraints, under the oracles and under the project's potentials, and scoring is right."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import quality_tasks as qt  # noqa: E402
+from potentials import Grammar, JSONSchema, Regex  # noqa: E402
+
+
+def test_task_counts_and_names():
+    fams = [t.family for t in qt.TASKS]
+    assert fams.count("json") >= 30 and fams.count("regex") >= 15 and fams.count("grammar") >= 10
+    assert len({t.name for t in qt.TASKS}) == len(qt.TASKS)
+    for t in qt.TASKS:
+        if t.family == "json":
+            assert 3 <= len(t.gold) <= 5, t.name
+
+
+@pytest.mark.parametrize("task", qt.TASKS, ids=lambda t: t.name)
+def test_gold_satisfies_constraint_and_scores_one(task):
+    text = qt.gold_text(task)
+    answer, valid = qt.parse_answer(task, text, constrained=True)
+    assert valid and qt.score(task, answer) == 1.0
+    if task.family == "json":
+        # every gold value is stated in the prompt's text: the task is answerable
+        for v in task.gold.values():
+            assert str(v) in task.prompt, (task.name, v)
+
+
+def _potential(task, **kw):
+    if task.family == "json":
+        return JSONSchema(task.schema, **kw)
+    if task.family == "regex":
+        return Regex(task.pattern)
+    return Grammar(task.grammar)
+
+
+@pytest.mark.parametrize("task", [t for t in qt.TASKS if t.name.endswith(("-00", "-07", "-13"))],
+                         ids=lambda t: t.name)
+def test_gold_accepted_by_potential(task):
+    async def run():
+        if task.family == "json":
+            for ws, text in [("compact", qt.gold_text(task)),
+                             ("flexible", json.dumps(task.gold, indent=2)),
+                             (4, json.dumps(task.gold, indent=2))]:
+                assert await _potential(task, whitespace=ws).complete(text.encode()) == 0.0, ws
+            assert await _potential(task, whitespace="compact").complete(
+                json.dumps(task.gold, indent=2).encode()) == float("-inf")
+        else:
+            assert await _potential(task).complete(qt.gold_text(task).encode()) == 0.0
+    asyncio.run(run())
+
+
+def test_json_scoring_counts_fields():
+    t = next(t for t in qt.TASKS if t.name == "json-00")  # name, age, city, job
+    gold = dict(t.gold)
+    assert qt.score(t, gold) == 1.0
+    assert qt.score(t, {**gold, "age": 35}) == 0.75
+    assert qt.score(t, {**gold, "name": "  maria   LOPEZ "}) == 1.0  # case and spaces ignored
+    assert qt.score(t, {**gold, "age": "34"}) == 0.75               # a string is not the number
+    assert qt.score(t, {"name": "x"}) == 0.0
+    assert qt.score(t, [gold]) == 0.0 and qt.score(t, None) == 0.0
+
+
+def test_unconstrained_json_reading():
+    t = next(t for t in qt.TASKS if t.name == "json-00")
+    doc = json.dumps(t.gold, indent=2)
+    ans, ok = qt.parse_answer(t, f"Sure! Here it is:\n```json\n{doc}\n```\nHope this helps.", False)
+    assert ok and qt.score(t, ans) == 1.0
+    ans, ok = qt.parse_answer(t, '{"name": "Maria Lopez", "age": 34}', False)  # fields missing
+    assert not ok and ans is None
+    assert qt.parse_answer(t, "no json here", False) == (None, False)
+    assert qt.parse_answer(t, '{"name": ', False) == (None, False)
+
+
+def test_regex_and_grammar_reading():
+    t = next(t for t in qt.TASKS if t.family == "regex" and t.gold == "2023-03-14")
+    assert qt.parse_answer(t, "The date is 2023-03-14.", False) == ("2023-03-14", True)
+    assert qt.parse_answer(t, "March 14", False) == (None, False)
+    assert qt.score(t, "2023-03-15") == 0.0
+    g = next(t for t in qt.TASKS if t.family == "grammar" and t.gold == ["red", "white", "blue"])
+    ans, ok = qt.parse_answer(g, "Here is the list:\nwhite, blue, red\n", False)
+    assert ok and qt.score(g, ans) == 1.0          # order does not matter
+    assert qt.score(g, "red, white") == 0.0        # a missing item fails
+    assert qt.score(g, "red, white and blue") == 1.0
+    assert not qt.grammar_accepts("Red, white") and qt.grammar_accepts("red, dark blue")
+
+
+def test_select():
+    assert [t.family for t in qt.select(families="regex")] == ["regex"] * 15
+    assert len(qt.select(limit=2)) == 6
+    assert [t.name for t in qt.select(names="json-03,regex-01")] == ["json-03", "regex-01"]
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        qt.select(names="nope")
+    with pytest.raises(ValueError, match="family"):
+        qt.select(families="xml")
