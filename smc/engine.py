@@ -205,7 +205,8 @@ async def smc(
         "resampling_events": sum(r.ancestors is not None for r in history),
         "tokens": sum(len(t) for r in history for t in r.tokens),
         "wall_time_s": time.perf_counter() - t0,
-        "lm_forward_passes": sum(d.get("forward_passes", d.get("calls", 0)) for d in lm_delta),
+        "lm_requests": sum(d.get("requests", 0) for d in lm_delta),
+        "lm_forward_passes": sum(d.get("forward_passes", 0) for d in lm_delta),
         "constraint_checks": sum(
             d.get("checks", 0) for d, o in zip(cnt_delta, counted) if isinstance(o, TokenSampler)
         ),

@@ -76,9 +76,9 @@ async def test_prefix_values_are_memoized():
     model = lm()
     pot = LMPotential(model)
     await pot.prefix((0, 1, 0))
-    calls = model.stats["calls"]
+    calls = model.stats["requests"]
     await pot.prefix((0, 1, 0, 1))
-    assert model.stats["calls"] == calls + 1
+    assert model.stats["requests"] == calls + 1
 
 
 async def test_batch_logw_next_uses_one_batch():

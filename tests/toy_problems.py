@@ -25,7 +25,8 @@ class FastToyLM(ToyLM):
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}
 
     async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:
-        self.stats["calls"] += 1
+        self.stats["requests"] += 1
+        self.stats["forward_passes"] += 1
         if ids not in self._cache:
             p = torch.tensor(self.probs(ids), dtype=torch.float64)
             self._cache[ids] = torch.log(p / p.sum())

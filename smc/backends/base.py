@@ -15,10 +15,20 @@ Optional members that the rest of the library uses when present:
                                              lifted constraints give them weight 0
     is_chat: bool                            the tokenizer has a chat template
     encode_chat(text, system=None)           prompt ids with the model's chat template
-    stats: dict[str, int]                    counters (forward passes, computed positions, ...)
+    stats: dict[str, int]                    named counters, at least ``COUNTERS`` (below)
     async batch_next_token_dists(batch)      NextTokenDists: the rows and their CDFs, on the
                                              backend's device (the population step's input; the
                                              default derives it from batch_next_token_logprobs)
+
+Counters. Every backend of this library keeps, in ``stats``, the counters named in ``COUNTERS``
+(more may follow them); the engine reports their change over a run in ``Result.stats``:
+
+    requests             contexts asked for (each row of a batch counts)
+    cache_hits           requests answered from a cache without running the model
+    forward_passes       batched model evaluations (vLLM: rounds of concurrent requests, each
+                         one or more scheduler steps, which its public API does not expose)
+    positions_computed   context positions the model ran (0 for a ToyLM: it runs none)
+    positions_reused     context positions taken from a key/value cache instead
 
 Backends know nothing of potentials or SMC.
 """
@@ -34,6 +44,13 @@ import torch
 
 
 _INT = {int}
+
+COUNTERS = ("requests", "cache_hits", "forward_passes", "positions_computed", "positions_reused")
+
+
+def new_counters(*extra: str) -> dict[str, int]:
+    """A backend's ``stats``: every name of ``COUNTERS`` and ``extra`` at 0."""
+    return dict.fromkeys((*COUNTERS, *extra), 0)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from smc.backends.base import AsyncLM, NextTokenDists
+from smc.backends.base import AsyncLM, NextTokenDists, new_counters
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
 from smc.backends.prompts import TokenizerPrompts
@@ -110,10 +110,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self.eos_token_ids = self._find_eos(len(vocab))
         self.special_token_ids = frozenset(special - set(self.eos_token_ids))
         self.max_context = self._find_max_context()
-        self.stats: dict[str, int] = dict.fromkeys(
-            ["requests", "cache_hits", "forward_passes", "batch_rows",
-             "positions_computed", "positions_reused", "recomputed_positions"], 0
-        )
+        self.stats = new_counters("batch_rows", "recomputed_positions")
         self._pad_id = self.eos_token_ids[0] if self.eos_token_ids else 0
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._kv_shape = self._probe_kv_shape() if kv_cache is not False else None

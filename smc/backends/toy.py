@@ -7,7 +7,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from smc.backends.base import AsyncLM
+from smc.backends.base import AsyncLM, new_counters
 
 NextTokenProbs = Callable[[tuple[int, ...]], Sequence[float]]
 
@@ -51,7 +51,7 @@ class ToyLM(AsyncLM):
                 raise KeyError(f"ToyLM table has no entry for context {ids} and no default")
 
             self._probs = lookup
-        self.stats = {"calls": 0}
+        self.stats = new_counters()
 
     def encode(self, text: str) -> list[int]:
         data = text.encode()
@@ -88,6 +88,7 @@ class ToyLM(AsyncLM):
         return p
 
     async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:
-        self.stats["calls"] += 1
+        self.stats["requests"] += 1
+        self.stats["forward_passes"] += 1
         p = torch.tensor(self.probs(ids), dtype=torch.float64)
         return torch.log(p / p.sum())

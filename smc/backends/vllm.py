@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from smc.backends.base import AsyncLM
+from smc.backends.base import AsyncLM, new_counters
 from smc.backends.prompts import TokenizerPrompts
 from smc.backends.vocab import build_vocab
 
@@ -94,8 +94,9 @@ class VLLMBackend(TokenizerPrompts, AsyncLM):
         max_context: longest context accepted (the engine's ``max_model_len`` minus the one
             token each request generates).
         is_chat: whether the tokenizer has a chat template (then ``encode_chat`` works).
-        stats: ``requests`` (log-prob requests sent to vLLM), ``prompt_tokens`` (their
-            context tokens), ``cached_tokens`` (those vLLM found in its prefix cache).
+        stats: the named counters of ``smc.backends.base.COUNTERS`` (``forward_passes``
+            counts rounds of concurrent requests; ``positions_reused`` are the context tokens
+            vLLM found in its prefix cache), plus ``prompt_tokens`` and ``cached_tokens``.
     """
 
     def __init__(self, engine: Any, vllm_config: Any, tokenizer: Any):
@@ -108,7 +109,8 @@ class VLLMBackend(TokenizerPrompts, AsyncLM):
         self.special_token_ids = frozenset(special - set(self.eos_token_ids))
         # Each request generates one token, which needs one free position.
         self.max_context = model_config.max_model_len - 1
-        self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0}
+        self.stats = new_counters("prompt_tokens", "cached_tokens")
+        self._in_flight = 0
         # Greedy: the sampled token is discarded, and raw logprobs do not depend on it.
         self._params = SamplingParams(
             max_tokens=1,
@@ -218,8 +220,11 @@ class VLLMBackend(TokenizerPrompts, AsyncLM):
             TokensPrompt(prompt_token_ids=list(ids)), self._params, f"smc-{next(self._ids)}"
         ):
             final = out
+        cached = final.num_cached_tokens or 0
         self.stats["prompt_tokens"] += len(ids)
-        self.stats["cached_tokens"] += final.num_cached_tokens or 0
+        self.stats["cached_tokens"] += cached
+        self.stats["positions_reused"] += cached
+        self.stats["positions_computed"] += len(ids) - cached
         lp = final.outputs[0].logprobs
         row = torch.full((len(self.vocab),), float("-inf"))
         row[torch.tensor(lp.token_ids, dtype=torch.long)] = torch.tensor(
@@ -232,8 +237,16 @@ class VLLMBackend(TokenizerPrompts, AsyncLM):
         if self.closed:
             raise RuntimeError("the vLLM backend is closed")
         self.stats["requests"] += 1
-        fut = asyncio.run_coroutine_threadsafe(self._request(ids), self._loop)
-        return await asyncio.wrap_future(fut)
+        # A request that finds none in flight starts a new round: vLLM's scheduler batches the
+        # requests that are in flight together.
+        if self._in_flight == 0:
+            self.stats["forward_passes"] += 1
+        self._in_flight += 1
+        try:
+            fut = asyncio.run_coroutine_threadsafe(self._request(ids), self._loop)
+            return await asyncio.wrap_future(fut)
+        finally:
+            self._in_flight -= 1
 
     # -- lifetime ----------------------------------------------------------------------------
 
