@@ -322,3 +322,30 @@ def test_embedded_model_every_form_same_ids(embedded_lm):
     prefill = FEW_SHOT + [{"role": "assistant", "content": "The"}]
     ids = encode_prompt(lm, prefill)
     assert ids[:len(want)] == list(want) and tok.decode(ids[len(want):]) == "The"
+
+
+class StrictTokenizer:
+    """A stand-in tokenizer whose chat template refuses system turns (as some models' do)."""
+
+    chat_template = "(any text: the tokenizer has a template)"
+
+    def apply_chat_template(self, messages, **kw):
+        import jinja2
+
+        if messages[0]["role"] == "system":
+            raise jinja2.exceptions.TemplateError("System role not supported")
+        return "".join(m["content"] for m in messages)
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def test_template_refusal_is_a_value_error():
+    from smc.backends.prompts import TokenizerPrompts
+
+    lm = TokenizerPrompts()
+    lm.tokenizer = StrictTokenizer()
+    assert lm.is_chat and lm.encode_chat(USER) == [ord("a"), ord("b")]
+    with pytest.raises(ValueError, match=r"chat template rejects these messages \(roles: system, user, "
+                                         r"assistant, user\): System role not supported"):
+        lm.encode_chat(FEW_SHOT)

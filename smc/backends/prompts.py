@@ -235,8 +235,14 @@ class TokenizerPrompts:
             raise ValueError("this tokenizer has no chat template; use encode(text)")
         messages = chat_messages(prompt, system)
         prefill = messages[-1]["role"] == "assistant"
-        rendered = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=not prefill,
-            continue_final_message=prefill,
-        )
+        try:
+            rendered = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=not prefill,
+                continue_final_message=prefill,
+            )
+        except Exception as e:  # noqa: BLE001 - a template's own refusal (jinja2 TemplateError, ...)
+            roles = ", ".join(m["role"] for m in messages)
+            raise ValueError(
+                f"the model's chat template rejects these messages (roles: {roles}): {e}"
+            ) from e
         return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
