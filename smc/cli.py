@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m smc", description="Constrained generation by SMC.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     g = sub.add_parser("generate", help="sample constrained text from an LM")
-    g.add_argument("--prompt", help="prompt text (one user turn when the model has a chat template)")
+    g.add_argument("--prompt", metavar="TEXT", help="prompt text (one user turn when the model has a chat template)")
     g.add_argument("--messages", type=Path, metavar="FILE.json",
                    help='JSON list of chat messages [{"role": ..., "content": ...}, ...] '
                         "(instead of --prompt)")
