@@ -21,20 +21,25 @@ import numpy as np
 import torch
 
 from potentials.base import NEG_INF, Potential, logsumexp
+from smc.backends.prompts import Prompt, encode_prompt
 
 
 class LMPotential(Potential):
-    """``lm`` prompted with ``prompt`` (text, encoded with ``lm.encode``, or token ids).
+    """``lm`` prompted with ``prompt``: u = ``encode_prompt(lm, prompt, chat)``, the same rule
+    as ``smc.generate`` (smc.backends.prompts).
 
     Args:
         lm: a backend (``vocab``, ``eos_token_ids``, ``encode``, ``next_token_logprobs``).
-        prompt: text or a list of token ids put before every context.
+        prompt: text, a list of ``{"role", "content"}`` chat messages, or token ids (used as
+            given); its ids u are put before every context.
+        chat: for a text prompt, apply the LM's chat template (True) or not (False); None
+            (default) applies it when the LM has one.
         temperature: T > 0; the next-token law is p^(1/T), renormalized.
         cache_size: how many contexts' prefix values are kept.
     """
 
-    def __init__(self, lm: Any, prompt: str | Sequence[int] = "", temperature: float = 1.0,
-                 cache_size: int = 20_000):
+    def __init__(self, lm: Any, prompt: Prompt = "", temperature: float = 1.0,
+                 cache_size: int = 20_000, *, chat: bool | None = None):
         try:
             temperature = float(temperature)
         except (TypeError, ValueError):
@@ -42,15 +47,7 @@ class LMPotential(Potential):
         if not (temperature > 0 and math.isfinite(temperature)):
             raise ValueError(f"temperature must be positive and finite, got {temperature}")
         self.lm, self.temperature = lm, temperature
-        if isinstance(prompt, str):
-            self.prompt = tuple(int(i) for i in lm.encode(prompt))
-        else:
-            ids = tuple(prompt)
-            if not all(isinstance(i, (int, np.integer)) for i in ids):
-                raise TypeError(f"prompt must be text or a list of token ids, got {prompt!r}")
-            if any(not 0 <= i < len(lm.vocab) for i in ids):
-                raise ValueError(f"prompt has token ids outside [0, {len(lm.vocab)})")
-            self.prompt = tuple(int(i) for i in ids)
+        self.prompt = tuple(encode_prompt(lm, prompt, chat))
         self.size = len(lm.vocab)
         self.eos_ids = tuple(int(i) for i in lm.eos_token_ids)
         self._eos = frozenset(self.eos_ids)

@@ -40,6 +40,7 @@ import torch
 from potentials.base import NEG_INF, Potential, logsumexp
 from smc.backends.base import NextTokenDists, dists_from_logprobs, next_token_dists
 from smc.backends.batching import AutoBatcher
+from smc.backends.prompts import Prompt, encode_prompt
 
 #: picks an index of a probability vector (entries >= 0, summing to 1 up to rounding)
 Draw = Callable[[np.ndarray], int]
@@ -138,14 +139,17 @@ class TokenSampler(ABC):
         lm: an LM backend (vocab, eos_token_ids, next_token_logprobs).
         potential: a token-level Potential over ``lm``'s vocabulary (``size == len(lm.vocab)``,
             contexts are tuples of generated token ids), or None for no constraint.
-        prompt_ids: the prompt's token ids; the LM sees ``prompt_ids + ctx``.
+        prompt_ids: the prompt: token ids (used as given), or text or chat messages, encoded
+            by the one prompt rule ``encode_prompt(lm, prompt)`` (smc.backends.prompts: the
+            chat template when the LM has one). The LM sees ``self.prompt_ids + ctx``; the
+            default, no prompt, leaves contexts as they are.
 
     ``stats`` counts ``steps`` (calls to sample), ``checks`` (single tokens whose weight was
     asked for) and ``full_evaluations`` (whole next-token weight vectors computed).
     Samplers are shared by all particles and never copied when particles are.
     """
 
-    def __init__(self, lm: Any, potential: Potential | None = None, prompt_ids: Sequence[int] = ()):
+    def __init__(self, lm: Any, potential: Potential | None = None, prompt_ids: Prompt = ()):
         n = len(lm.vocab)
         if potential is not None:
             if not isinstance(potential, Potential):
@@ -157,7 +161,10 @@ class TokenSampler(ABC):
                 )
         self.lm = lm
         self.potential = potential
-        self.prompt_ids = tuple(int(i) for i in prompt_ids)
+        # an empty prompt is no prompt here (contexts may hold the whole input), so it skips
+        # encode_prompt's check that the LM accepts an empty context
+        empty = isinstance(prompt_ids, (list, tuple)) and len(prompt_ids) == 0
+        self.prompt_ids = () if empty else tuple(encode_prompt(lm, prompt_ids))
         self.eos_ids = tuple(int(i) for i in lm.eos_token_ids)
         self.stats = {"steps": 0, "checks": 0, "full_evaluations": 0}
 

@@ -1,4 +1,10 @@
-"""Command line: ``python -m smc generate --prompt TEXT (--regex R | --grammar F | --json-schema F)``.
+"""Command line: ``python -m smc generate (--prompt TEXT | --messages FILE.json) [--system TEXT]
+(--regex R | --grammar F | --json-schema F)``.
+
+The prompt follows the one prompt rule (smc.backends.prompts): ``--prompt`` text goes through
+the model's chat template when it has one; ``--messages`` is a JSON list of
+``{"role", "content"}`` messages (system prompt, few-shot turns) and needs a chat template;
+``--system`` puts a system turn first (with ``--prompt``: the conversation system + user).
 
 Prints the posterior over finished texts (or, with ``--json``, one JSON object: samples,
 posterior, log_ml, ess, stats; a log value of -inf is written as null). Bad input gets one line
@@ -29,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m smc", description="Constrained generation by SMC.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     g = sub.add_parser("generate", help="sample constrained text from an LM")
-    g.add_argument("--prompt", required=True, help="prompt text")
+    g.add_argument("--prompt", metavar="TEXT", help="prompt text (one user turn when the model has a chat template)")
+    g.add_argument("--messages", type=Path, metavar="FILE.json",
+                   help='JSON list of chat messages [{"role": ..., "content": ...}, ...] '
+                        "(instead of --prompt)")
+    g.add_argument("--system", metavar="TEXT", help="system message put before the prompt")
     which = g.add_mutually_exclusive_group(required=True)
     which.add_argument("--regex", help="regular expression the output must match")
     which.add_argument("--grammar", type=Path, help="Lark grammar file the output must parse with")
@@ -59,6 +69,32 @@ def _read(path: Path, what: str) -> str:
         ) from None
 
 
+def _prompt(args: argparse.Namespace):
+    """The prompt the flags describe: text, or a list of chat messages (--messages, --system)."""
+    from smc.backends.prompts import chat_messages, check_messages, check_text
+
+    if args.prompt is None and args.messages is None:
+        raise ValueError("the following arguments are required: --prompt (or --messages FILE.json)")
+    if args.prompt is not None and args.messages is not None:
+        raise ValueError("give either --prompt or --messages, not both")
+    system = None if args.system is None else check_text(args.system, "--system")
+    if args.messages is None:
+        text = check_text(args.prompt, "--prompt")
+        return text if system is None else chat_messages(text, system)
+    source = _read(args.messages, "messages")
+    try:
+        data = json.loads(source)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"messages file {str(args.messages)!r} is not valid JSON: {e}") from e
+    messages = check_messages(data, "--messages")
+    if system is not None:
+        if messages[0]["role"] == "system":
+            raise ValueError("--system is given but the --messages file already starts with a "
+                             "system message")
+        messages = chat_messages(messages, system)
+    return messages
+
+
 def _constraint(args: argparse.Namespace):
     if args.regex is not None:
         from potentials import Regex
@@ -80,17 +116,17 @@ def _constraint(args: argparse.Namespace):
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from smc.generation import check_generate_args, check_text, generate
+    from smc.generation import check_generate_args, generate
     from smc.loading import load_lm
 
-    check_text(args.prompt, "--prompt")
+    prompt = _prompt(args)
     check_generate_args(
-        args.prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed
+        prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed
     )
     constraint = _constraint(args)
     lm = load_lm(args.model, backend=args.backend)
     result = generate(
-        args.prompt,
+        prompt,
         constraint,
         lm=lm,
         particles=args.particles,

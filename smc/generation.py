@@ -19,7 +19,8 @@ from typing import Any
 from potentials.base import Potential
 from samplers import SAMPLERS, make_sampler
 from smc.engine import Critic, check_smc_args, smc
-from smc.model import ConstrainedGeneration, encode_prompt, lift
+from smc.backends.prompts import Prompt, check_text, encode_prompt, prompt_kind
+from smc.model import ConstrainedGeneration, lift
 from smc.result import Result
 
 
@@ -28,21 +29,6 @@ LM_PROTOCOL = ("vocab", "eos_token_ids", "encode", "next_token_logprobs", "batch
 #: bytes per particle and vocabulary entry that one SMC step may hold at once (the float32
 #: next-token log-probs, a float64 working copy, the constraint's mask), for the memory check
 STEP_BYTES_PER_ENTRY = 16
-
-
-def check_text(value: Any, name: str) -> str:
-    """``value`` if it is a str that UTF-8 can encode; else TypeError/ValueError naming ``name``."""
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(
-            f"{name} is not valid Unicode text: {value[e.start:e.end]!r} at position {e.start} is a "
-            "lone surrogate (often bytes that were not UTF-8, e.g. from a shell argument or a file "
-            "read with the wrong encoding)"
-        ) from None
-    return value
 
 
 def check_lm(lm: Any) -> None:
@@ -102,7 +88,7 @@ def check_generate_args(
     critic: Any = None,
 ) -> None:
     """TypeError/ValueError naming the first bad argument (run before any work)."""
-    check_text(prompt, "prompt")
+    prompt_kind(prompt)
     check_smc_args(particles, ess_threshold, resampling, seed)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
@@ -119,16 +105,12 @@ def check_generate_args(
         raise TypeError(f"critic must be a function of a particle (or None), got {critic!r}")
 
 
-def prompt_ids_for(lm: Any, prompt: str, chat: bool | None, max_tokens: int) -> list[int]:
-    """The prompt's token ids, checked against the model's context length."""
-    use_chat = bool(getattr(lm, "is_chat", False)) if chat is None else bool(chat)
-    ids = encode_prompt(lm, prompt, use_chat)
+def prompt_ids_for(lm: Any, prompt: Prompt, chat: bool | None, max_tokens: int) -> list[int]:
+    """``encode_prompt(lm, prompt, chat)`` (text, messages or ids; the one prompt rule), checked
+    so that len(ids) + max_tokens <= the model's context length."""
+    ids = encode_prompt(lm, prompt, chat)
     limit = getattr(lm, "max_context", None)
     if limit is not None:
-        if len(ids) >= limit:
-            raise ValueError(
-                f"the prompt is {len(ids)} tokens, longer than the model's context of {limit} tokens"
-            )
         if len(ids) + max_tokens > limit:
             raise ValueError(
                 f"the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the model's "
@@ -138,7 +120,7 @@ def prompt_ids_for(lm: Any, prompt: str, chat: bool | None, max_tokens: int) -> 
 
 
 async def agenerate(
-    prompt: str,
+    prompt: Prompt,
     constraint: Potential | None = None,
     *,
     lm: Any = None,
@@ -180,7 +162,7 @@ async def agenerate(
 
 
 def generate(
-    prompt: str,
+    prompt: Prompt,
     constraint: Potential | None = None,
     *,
     lm: Any = None,
@@ -197,7 +179,10 @@ def generate(
     """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
 
     Args:
-        prompt: plain text (the chat template is applied when ``chat``).
+        prompt: text, a list of chat messages (``{"role", "content"}`` dicts: system prompt,
+            few-shot turns, the user's question; a last assistant message is continued), or
+            token ids (used as given). Text and messages go through the LM's chat template
+            (see ``chat``); messages need an LM that has one.
         constraint: a byte-level potential (Regex, Grammar, JSONSchema, Predicate, ...; lifted
             to the LM's tokens automatically), a token-level Potential over the LM's vocabulary,
             or None (unconstrained).
@@ -210,7 +195,9 @@ def generate(
         sampler: "awrs" (default), "direct", or "masking" (improper baseline).
         ess_threshold: resample when ESS < ess_threshold * N (0: never, importance sampling).
         resampling: "multinomial", "stratified", "systematic" or "residual".
-        chat: apply the LM's chat template (default: ``lm.is_chat``).
+        chat: for a text prompt, apply the LM's chat template (True) or not (False); None
+            (default) applies it when the LM has one (``lm.is_chat``). The same default holds
+            for ``LMContext``, ``LMPotential`` and the samplers (``smc.backends.prompts``).
         progress: tqdm bar; None shows it only for runs longer than 2 s, False never.
         critic: optional log twist psi(particle) to guide resampling (final weights untwisted).
 

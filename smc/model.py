@@ -27,6 +27,7 @@ import numpy as np
 from potentials.base import NEG_INF, BytePotential, Potential, logsumexp
 from samplers import SAMPLERS, Draw, TokenSampler
 from smc.backends.base import AsyncLM
+from smc.backends.prompts import Prompt, encode_prompt
 
 
 class Shared:
@@ -119,15 +120,18 @@ class LMContext:
 
     Args:
         lm: an LM backend.
-        prompt: text (encoded with ``lm.encode``, or the chat template when ``chat``) or token ids.
-        chat: apply the LM's chat template to a text prompt.
+        prompt: text, a list of ``{"role", "content"}`` chat messages, or token ids; the ids
+            the LM sees are ``encode_prompt(lm, prompt, chat)`` (smc.backends.prompts), the same
+            rule as ``smc.generate``.
+        chat: for a text prompt, apply the LM's chat template (True) or not (False); None
+            (default) applies it when the LM has one.
 
     ``tokens`` are the generated ids (EOS excluded); ``done`` turns True once EOS is sampled.
     """
 
-    def __init__(self, lm: Any, prompt: str | Sequence[int] = "", *, chat: bool = False):
+    def __init__(self, lm: Any, prompt: Prompt = "", *, chat: bool | None = None):
         self.lm = lm
-        self.prompt_ids = tuple(encode_prompt(lm, prompt, chat) if isinstance(prompt, str) else prompt)
+        self.prompt_ids = tuple(encode_prompt(lm, prompt, chat))
         self.tokens: list[int] = []
         self.done = False
         self._shared = Shared(samplers={})
@@ -338,17 +342,6 @@ class ConstrainedGeneration(Model):
 def decode(lm: Any, tokens: Sequence[int]) -> str:
     """Text of ``tokens`` (invalid UTF-8, e.g. a character cut by max_tokens, becomes U+FFFD)."""
     return b"".join(lm.vocab[t] for t in tokens).decode("utf-8", errors="replace")
-
-
-def encode_prompt(lm: Any, prompt: str, chat: bool) -> list[int]:
-    """Prompt ids: the chat template applied to ``prompt`` when ``chat``, else ``lm.encode``."""
-    if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
-    if not chat:
-        return list(lm.encode(prompt))
-    if hasattr(lm, "encode_chat"):
-        return list(lm.encode_chat(prompt))
-    raise ValueError(f"chat=True but the LM ({type(lm).__name__}) has no chat template")
 
 
 def lift(constraint: Potential | None, lm: Any) -> Potential | None:

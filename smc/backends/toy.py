@@ -8,8 +8,11 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from smc.backends.base import AsyncLM, new_counters
+from smc.backends.prompts import chat_messages
 
 NextTokenProbs = Callable[[tuple[int, ...]], Sequence[float]]
+#: renders a conversation (checked ``{"role", "content"}`` messages) as the text the model reads
+ChatTemplate = Callable[[list[dict[str, str]]], str]
 
 
 class ToyLM(AsyncLM):
@@ -21,6 +24,10 @@ class ToyLM(AsyncLM):
         next_token_probs: a function of the context (a tuple of token ids) returning one
             probability per token, summing to 1; or a table mapping contexts (tuples) to such
             lists, with an optional ``None`` key as the default for contexts not in the table.
+        chat_template: optional function rendering a list of ``{"role", "content"}`` messages
+            as the text that precedes the assistant's reply (then ``is_chat`` is True and text
+            and message prompts go through it, see ``smc.backends.prompts``); that text is
+            then tokenized by ``encode``.
 
     The empty prompt encodes to the empty context ``()``; other prompts are tokenized greedily
     (longest token first), so ``encode`` round-trips any text made of vocabulary tokens.
@@ -32,7 +39,14 @@ class ToyLM(AsyncLM):
         vocab: Sequence[bytes | str],
         eos: bytes | str,
         next_token_probs: NextTokenProbs | Mapping[tuple[int, ...] | None, Sequence[float]],
+        *,
+        chat_template: ChatTemplate | None = None,
     ):
+        if chat_template is not None and not callable(chat_template):
+            raise TypeError(
+                f"chat_template must be a function of the messages, got {type(chat_template).__name__}"
+            )
+        self.chat_template = chat_template
         self.vocab = [v.encode() if isinstance(v, str) else bytes(v) for v in vocab]
         eos_b = eos.encode() if isinstance(eos, str) else bytes(eos)
         if eos_b not in self.vocab:
@@ -52,6 +66,22 @@ class ToyLM(AsyncLM):
 
             self._probs = lookup
         self.stats = new_counters()
+
+    @property
+    def is_chat(self) -> bool:
+        """Whether this toy LM has a chat template."""
+        return self.chat_template is not None
+
+    def encode_chat(
+        self, prompt: str | Sequence[Mapping[str, str]], system: str | None = None
+    ) -> list[int]:
+        """``encode(chat_template(messages))`` for the conversation ``chat_messages(prompt, system)``."""
+        if self.chat_template is None:
+            raise ValueError("this ToyLM has no chat template; use encode(text)")
+        text = self.chat_template(chat_messages(prompt, system))
+        if not isinstance(text, str):
+            raise TypeError(f"chat_template must return a str, got {type(text).__name__}")
+        return self.encode(text)
 
     def encode(self, text: str) -> list[int]:
         data = text.encode()
