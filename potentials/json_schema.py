@@ -94,7 +94,7 @@ class JSONSchema(BytePotential[JSONState]):
     def __init__(
         self,
         schema: dict | bool | str,
-        whitespace: str | int = "compact",
+        whitespace: str | int = "flexible",
         registry: Any = None,
     ):
         if isinstance(schema, str):
