@@ -9,12 +9,13 @@ with ``fullmatch`` Python ``re``'s where ``re`` compiles P, else the ``regex`` p
 dead ends are found as soon as they exist (``a{3}b`` after ``aaaa``), and a prefix that stops
 inside a multi-byte character is alive iff some completion of that character is.
 
-Route: Python's own parser (``re._parser``) gives the syntax tree; a Thompson NFA is built over
-code-point sets, with the zero-width anchors (``^ $ \\A \\Z \\b \\B``) and lookbehinds kept as
-guarded epsilon edges; code points are grouped into classes that every set treats alike; a lazily
-built DFA over those classes tracks the previous character's kind (for anchors) and the state of
-each lookbehind's own automaton; a UTF-8 layer on top turns bytes into characters. Every
-transition is computed once and then looked up in O(1).
+Route: Python's own parser (``re._parser``, reached through ``potentials._compat``) gives the
+syntax tree; a Thompson NFA is built over code-point sets, with the zero-width anchors
+(``^ $ \\A \\Z \\b \\B``) and lookbehinds kept as guarded epsilon edges; code points are grouped
+into classes that every set treats alike; a lazily built DFA over those classes tracks the
+previous character's kind (for anchors) and the state of each lookbehind's own automaton; a UTF-8
+layer on top turns bytes into characters. Every transition is computed once and then looked up
+in O(1).
 
 - Lookarounds only with ``compile_regex(..., lookaround=True)`` (the ``Regex`` potential, which
   reads the pattern as a full match of the whole text; a grammar terminal would see its
@@ -36,11 +37,19 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-import re._constants as C
-import re._parser as sre_parse
 from typing import Iterable
 
-import _sre
+from potentials._compat import (
+    C,
+    parse_regex,
+    require,
+    subtrees,
+    tree_flags,
+    tree_items,
+    unicode_iscased,
+    unicode_tolower,
+    width,
+)
 
 MAXCP = 0x10FFFF
 SUR_LO, SUR_HI = 0xD800, 0xDFFF
@@ -126,9 +135,9 @@ def _cased() -> tuple[int, ...]:
         if SUR_LO <= cp <= SUR_HI:
             continue
         ch = chr(cp)
-        if _sre.unicode_iscased(cp) or ch.lower() != ch or ch.upper() != ch or ch.casefold() != ch:
+        if unicode_iscased(cp) or ch.lower() != ch or ch.upper() != ch or ch.casefold() != ch:
             out.add(cp)
-            out.add(_sre.unicode_tolower(cp))
+            out.add(unicode_tolower(cp))
             for s in (ch.lower(), ch.upper(), ch.casefold()):
                 if len(s) == 1:
                     out.add(ord(s))
@@ -365,7 +374,7 @@ class _NFA:
                     return cur
                 if s is not None:
                     return self.possessive(cur, s, lo, hi)
-            wlo, whi = av.getwidth()
+            wlo, whi = width(av)
             if wlo == whi and _no_lookarounds(items):
                 return self.build(items, cur, flags, pattern)
         raise UnsupportedRegex(f"regex {pattern!r} uses a {what} whose cut this automaton "
@@ -458,13 +467,7 @@ def _no_lookarounds(seq) -> bool:
     for op, av in seq:
         if op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS):
             return False
-        if op is C.SUBPATTERN and not _no_lookarounds(av[3]):
-            return False
-        if op is C.BRANCH and not all(_no_lookarounds(alt) for alt in av[1]):
-            return False
-        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and not _no_lookarounds(av[2]):
-            return False
-        if op is C.ATOMIC_GROUP and not _no_lookarounds(av):
+        if not all(_no_lookarounds(sub) for sub in subtrees(op, av)):
             return False
     return True
 
@@ -475,13 +478,7 @@ def _lookbehind_body_ok(seq) -> bool:
             return False
         if op is C.AT and av not in (C.AT_BEGINNING, C.AT_BEGINNING_STRING):
             return False
-        if op is C.SUBPATTERN and not _lookbehind_body_ok(av[3]):
-            return False
-        if op is C.BRANCH and not all(_lookbehind_body_ok(alt) for alt in av[1]):
-            return False
-        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and not _lookbehind_body_ok(av[2]):
-            return False
-        if op is C.ATOMIC_GROUP and not _lookbehind_body_ok(av):
+        if not all(_lookbehind_body_ok(sub) for sub in subtrees(op, av)):
             return False
     return True
 
@@ -996,13 +993,14 @@ def parse_flags(pattern: str, flags: int) -> tuple[object, int]:
     """``re``'s parse tree of ``pattern`` and its global flags; InvalidRegex on bad syntax."""
     if not isinstance(pattern, str):
         raise TypeError(f"regex pattern must be a str, got {type(pattern).__name__}")
+    require("re")
     try:
-        tree = sre_parse.parse(pattern, flags)
+        tree = parse_regex(pattern, flags)
     except re.error as e:
         raise InvalidRegex(pattern, e.msg, e.pos) from None
     except (ValueError, OverflowError) as e:
         raise InvalidRegex(pattern, str(e), None) from None
-    return tree, tree.state.flags
+    return tree, tree_flags(tree)
 
 
 def compile_regex(pattern: str, flags: int = 0, *, lookaround: bool = False) -> ByteDFA:
@@ -1062,7 +1060,7 @@ def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals],
            lookaround: bool = False) -> ByteDFA:
     nfa = _NFA(pattern, placeholders, lookaround)
     start = nfa.new()
-    final = nfa.build(tree.data, start, gflags, pattern)
+    final = nfa.build(tree_items(tree), start, gflags, pattern)
     nfa.check_lookaheads()
     return ByteDFA(nfa, start, final)
 

@@ -164,7 +164,8 @@ class Result:
             elif isinstance(c, Lifted):
                 todo.append(c.potential)
         if not found:
-            what = "no constraint" if self.constraint is None else f"the constraint {self.constraint!r}"
+            what = ("no constraint" if self.constraint is None
+                    else f"the constraint {self.constraint!r}")
             raise ValueError(
                 f"Result.parsed needs a run constrained by a JSONSchema (e.g. "
                 f"JSONSchema(MyModel) for a pydantic model); this run had {what}"
