@@ -108,23 +108,19 @@ def _complement(ivs: Intervals) -> Intervals:
     return tuple(out)
 
 
-def _contains(ivs: Intervals, cp: int) -> bool:
-    i = bisect.bisect_right(ivs, (cp, MAXCP + 1)) - 1
-    return i >= 0 and ivs[i][0] <= cp <= ivs[i][1]
-
-
 @functools.lru_cache(maxsize=1)
-def _all_text() -> str:
-    return "".join(map(chr, range(SUR_LO))) + "".join(map(chr, range(SUR_HI + 1, MAXCP + 1)))
+def all_chars() -> str:
+    """chr(0) chr(1) ... chr(MAXCP), surrogates included, so offset = code point (one 4.5 MB
+    string per process, shared by everything that asks a regex engine about every character)."""
+    return "".join(map(chr, range(MAXCP + 1)))
 
 
 @functools.lru_cache(maxsize=None)
 def _category(escape: str, ascii_: bool) -> Intervals:
-    """The code points ``re`` puts in ``\\d``, ``\\w`` or ``\\s`` (read off re itself)."""
+    """The code points ``re`` puts in ``\\d``, ``\\w`` or ``\\s`` (read off re itself; no
+    surrogate is in any of them)."""
     rx = re.compile(escape + "+", re.ASCII if ascii_ else 0)
-    return tuple((m.start() if m.start() < SUR_LO else m.start() + 0x800,
-                  (m.end() - 1) if m.end() - 1 < SUR_LO else m.end() - 1 + 0x800)
-                 for m in rx.finditer(_all_text()))
+    return tuple((m.start(), m.end() - 1) for m in rx.finditer(all_chars()))
 
 
 @functools.lru_cache(maxsize=1)
@@ -550,7 +546,8 @@ def _utf8_range(part: tuple[int, ...]) -> tuple[int, int] | None:
 
 
 def _utf8_len(lead: int) -> int:
-    return 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    """Length of the UTF-8 character that ``lead`` starts (1 for stray continuation bytes)."""
+    return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
 
 
 class ByteDFA:

@@ -26,7 +26,16 @@ from typing import Any, Callable
 
 from potentials._compat import base_uri, json_equal, require, validator_resolver, with_resolver
 from potentials.fsm import UnsupportedRegex, compile_regex
-from potentials.json_drafts import DEFAULT, SPECS, before, draft_of, view
+from potentials.json_drafts import (
+    DEFAULT,
+    LIST_OF_SCHEMAS,
+    MAP_OF_SCHEMAS,
+    ONE_SCHEMA,
+    SPECS,
+    before,
+    draft_of,
+    view,
+)
 from potentials.json_patterns import maybe_search
 
 TYPES = ("null", "boolean", "object", "array", "string", "number")
@@ -670,12 +679,13 @@ class Schemas:
                     todo += [self.child(node, x) for x in sub.values()]
 
 
-_ONE_SUB = frozenset(
-    {"not", "if", "then", "else", "additionalProperties", "propertyNames", "items", "contains",
-     "unevaluatedItems", "unevaluatedProperties"}
-)
-_LIST_SUBS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
-_DICT_SUBS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+# The subschemas check_refs walks: those that apply to the value in view()'s 2020-12 terms. Left
+# out: contentSchema (an annotation), additionalItems and list-form items (view() renames them),
+# $defs and definitions (reached through $ref only, so an unused definition never fails), and
+# draft 4-7 dependencies (the validator resolves its refs when it checks a closed object).
+_ONE_SUB = ONE_SCHEMA - {"contentSchema", "additionalItems"}
+_LIST_SUBS = LIST_OF_SCHEMAS - {"items"}
+_DICT_SUBS = MAP_OF_SCHEMAS - {"$defs", "definitions", "dependencies"}
 _SCALAR_WORDS = frozenset(
     {"type", "enum", "const", "format", "pattern", "minLength", "maxLength", "minimum",
      "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}

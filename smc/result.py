@@ -19,6 +19,12 @@ from potentials.base import NEG_INF, logsumexp
 from smc.resampling import ess as _ess
 
 
+def json_number(x: float) -> float | None:
+    """``x`` as a JSON number: None (null) where JSON has none, i.e. for -inf (a log weight of
+    zero weight) and NaN."""
+    return None if x == NEG_INF or math.isnan(x) else float(x)
+
+
 @dataclass(frozen=True)
 class Sample:
     """One final particle: text, token ids (EOS excluded), log weight, and ``finished``.
@@ -181,17 +187,13 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary; log values of -inf (zero weight) are written as None (null)."""
-
-        def num(x: float) -> float | None:
-            return None if x == NEG_INF else float(x)
-
         return {
             "samples": [
-                {"text": s.text, "log_weight": num(s.log_weight), "finished": s.finished}
+                {"text": s.text, "log_weight": json_number(s.log_weight), "finished": s.finished}
                 for s in self.samples
             ],
             "posterior": self.posterior,
-            "log_ml": num(self.log_ml),
+            "log_ml": json_number(self.log_ml),
             "ess": self.ess,
             "stats": self.stats,
         }
