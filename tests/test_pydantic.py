@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import decimal
+import enum
 import json
 import math
-from typing import Callable, Literal, Optional
+import uuid
+from typing import Annotated, Callable, Literal, Optional, Union
 
 import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, conint, constr, field_validator
 
 import smc
 from potentials.base import NEG_INF
@@ -44,6 +48,51 @@ class Outer(BaseModel):
     inner: Optional[Inner] = None
     score: float = 0.0
 
+
+class Color(enum.Enum):
+    red = "red"
+    green = "green"
+
+
+class Tree(BaseModel):
+    v: int
+    kids: list["Tree"] = []
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: conint(ge=0, le=9)
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    name: constr(pattern=r"^[A-Z][a-z]+$")
+
+
+class Zoo(BaseModel):
+    """Most of what pydantic turns into JSON Schema: a discriminated union, an enum, formats
+    (date, date-time, uuid), a decimal (a string with a lookahead pattern), bounds, a map, a
+    tuple, defaults."""
+
+    pets: list[Annotated[Union[Cat, Dog], Field(discriminator="kind")]]
+    color: Color
+    when: datetime.date
+    at: Optional[datetime.datetime] = None
+    price: decimal.Decimal
+    id: uuid.UUID
+    ratio: float = Field(gt=0, le=1)
+    meta: dict[str, int] = {}
+    pair: tuple[int, str]
+
+
+INSTANCES = [
+    Tree(v=1, kids=[Tree(v=2), Tree(v=3, kids=[Tree(v=4)])]),
+    Zoo(pets=[Cat(kind="cat", lives=3), Dog(kind="dog", name="Rex")], color=Color.green,
+        when=datetime.date(2024, 2, 29),
+        at=datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.timezone.utc),
+        price=decimal.Decimal("12.50"), id=uuid.UUID(int=5), ratio=0.5, meta={"a": 1},
+        pair=(1, "x")),
+]
 
 POINT_DOCS = [
     '{"x":2,"y":"a"}', '{"x":12,"y":"b"}', '{"y":"a","x":-4}',  # valid
@@ -137,6 +186,32 @@ def test_bad_models_get_clear_errors():
         JSONSchema(NoSchema)
     with pytest.raises(TypeError, match="pydantic BaseModel subclass"):
         JSONSchema(int)
+
+
+@pytest.mark.parametrize("inst", INSTANCES, ids=lambda m: type(m).__name__)
+async def test_model_dump_round_trips_through_the_lifted_constraint(inst):
+    """pydantic's own (compact) dump of an instance is forced token by token through the
+    constraint lifted to a byte vocabulary: every token stays allowed, EOS is allowed at the
+    end, and parse gives the instance back."""
+    doc = inst.model_dump_json().encode()
+    pot = JSONSchema(type(inst))
+    lm = FastToyLM([bytes([b]) for b in range(256)] + [b"<eos>"], b"<eos>",
+                   lambda ids: [1 / 257] * 257)
+    lifted = pot.lift(lm)
+    for i in range(len(doc)):
+        assert (await lifted.logw_next(list(doc[:i])))[doc[i]] == 0.0, doc[: i + 1]
+    assert (await lifted.logw_next(list(doc)))[256] == 0.0
+    assert pot.parse(doc) == inst
+
+
+async def test_model_bounds_and_patterns_reject():
+    zoo = JSONSchema(Zoo)
+    good = INSTANCES[1].model_dump_json()
+    for old, new in [('"lives":3', '"lives":10'), ('"Rex"', '"rex"'), ('"ratio":0.5', '"ratio":0'),
+                     ('"green"', '"blue"'), ('"2024-02-29"', '"2023-02-29"'), ('"cat"', '"cow"')]:
+        bad = good.replace(old, new)
+        assert bad != good and not pydantic_accepts(Zoo, bad)
+        assert await zoo.complete(bad.encode()) == NEG_INF, new
 
 
 class TestPointContract(MaskKeyContract):
