@@ -307,13 +307,13 @@ def _pydantic_model(schema: Any) -> type | None:
         )
     if not isinstance(schema, type):
         return None
-    if issubclass(schema, pyd.BaseModel):
-        return schema
     v1 = sys.modules.get("pydantic.v1")
-    if v1 is not None and issubclass(schema, v1.BaseModel):
+    if issubclass(schema, pyd.BaseModel) and hasattr(schema, "model_json_schema"):
+        return schema
+    if issubclass(schema, pyd.BaseModel) or (v1 is not None and issubclass(schema, v1.BaseModel)):
         raise TypeError(
-            f"{schema.__name__} is a pydantic v1 model (pydantic.v1.BaseModel); JSONSchema takes "
-            "pydantic v2 models (pydantic.BaseModel)"
+            f"{schema.__name__} is a pydantic v1 model (pydantic.v1.BaseModel, or pydantic 1.x "
+            "installed); JSONSchema takes pydantic v2 models (pydantic.BaseModel)"
         )
     return None
 

@@ -14,7 +14,16 @@ from typing import Annotated, Callable, Literal, Optional, Union
 import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, conint, constr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    ValidationError,
+    conint,
+    constr,
+    field_validator,
+)
 
 import smc
 from potentials.base import NEG_INF
@@ -85,8 +94,13 @@ class Zoo(BaseModel):
     pair: tuple[int, str]
 
 
+class Counts(RootModel[list[conint(ge=0)]]):
+    """A model whose JSON is not an object."""
+
+
 INSTANCES = [
     Tree(v=1, kids=[Tree(v=2), Tree(v=3, kids=[Tree(v=4)])]),
+    Counts([0, 7, 12]),
     Zoo(pets=[Cat(kind="cat", lives=3), Dog(kind="dog", name="Rex")], color=Color.green,
         when=datetime.date(2024, 2, 29),
         at=datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.timezone.utc),
