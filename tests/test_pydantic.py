@@ -220,7 +220,7 @@ async def test_model_dump_round_trips_through_the_lifted_constraint(inst):
 
 async def test_model_bounds_and_patterns_reject():
     zoo = JSONSchema(Zoo)
-    good = INSTANCES[1].model_dump_json()
+    good = next(m for m in INSTANCES if isinstance(m, Zoo)).model_dump_json()
     for old, new in [('"lives":3', '"lives":10'), ('"Rex"', '"rex"'), ('"ratio":0.5', '"ratio":0'),
                      ('"green"', '"blue"'), ('"2024-02-29"', '"2023-02-29"'), ('"cat"', '"cow"')]:
         bad = good.replace(old, new)
