@@ -25,9 +25,20 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import _sre
-import re._constants as C
-import re._parser as _sre_parse
+
+class IncompatibleUpstream(RuntimeError):
+    """A private API this project uses changed (see the module docstring)."""
+
+
+try:
+    import _sre
+    import re._constants as C
+    import re._parser as _sre_parse
+except ImportError as err:  # renamed or removed by a newer Python
+    raise IncompatibleUpstream(
+        f"smc-steer's adapter for private re APIs (potentials/_compat.py) cannot import "
+        f"{err.name}: {err}"
+    ) from err
 
 #: the names of re._constants the project compares parse items against
 USED_CONSTANTS = (
@@ -39,10 +50,6 @@ USED_CONSTANTS = (
     "RANGE", "SRE_FLAG_ASCII", "SRE_FLAG_DOTALL", "SRE_FLAG_IGNORECASE", "SRE_FLAG_MULTILINE",
     "SUBPATTERN",
 )
-
-
-class IncompatibleUpstream(RuntimeError):
-    """A private API this project uses changed (see the module docstring)."""
 
 
 # ---------------------------------------------------------------------------- re's parser

@@ -4,6 +4,8 @@ shapes it reads, and when one does not the failure names the module."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -132,3 +134,13 @@ def test_subtrees_reaches_every_nested_sequence():
 
     walk(_compat.tree_items(tree))
     assert sorted(seen) == list("abcdefghi")
+
+
+def test_a_removed_module_fails_at_import_naming_it():
+    code = ("import sys; sys.modules['re._parser'] = None\n"
+            "try:\n    import potentials._compat\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.startswith("IncompatibleUpstream"), out.stdout + out.stderr
+    assert "potentials/_compat.py" in out.stdout and "re._parser" in out.stdout
