@@ -28,6 +28,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
+from potentials.fsm import _utf8_len
+
 UNSEEN = -2
 SURROGATES = (0xD800, 0xDFFF)
 
@@ -391,8 +393,3 @@ class Earley:
                 queue.append(q2)
         self._ignore_ok[key] = got
         return got
-
-
-def _utf8_len(lead: int) -> int:
-    """Length of the UTF-8 character that ``lead`` starts (1 for stray continuation bytes)."""
-    return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4

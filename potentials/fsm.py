@@ -9,12 +9,13 @@ with ``fullmatch`` Python ``re``'s where ``re`` compiles P, else the ``regex`` p
 dead ends are found as soon as they exist (``a{3}b`` after ``aaaa``), and a prefix that stops
 inside a multi-byte character is alive iff some completion of that character is.
 
-Route: Python's own parser (``re._parser``) gives the syntax tree; a Thompson NFA is built over
-code-point sets, with the zero-width anchors (``^ $ \\A \\Z \\b \\B``) and lookbehinds kept as
-guarded epsilon edges; code points are grouped into classes that every set treats alike; a lazily
-built DFA over those classes tracks the previous character's kind (for anchors) and the state of
-each lookbehind's own automaton; a UTF-8 layer on top turns bytes into characters. Every
-transition is computed once and then looked up in O(1).
+Route: Python's own parser (``re._parser``, reached through ``potentials._compat``) gives the
+syntax tree; a Thompson NFA is built over code-point sets, with the zero-width anchors
+(``^ $ \\A \\Z \\b \\B``) and lookbehinds kept as guarded epsilon edges; code points are grouped
+into classes that every set treats alike; a lazily built DFA over those classes tracks the
+previous character's kind (for anchors) and the state of each lookbehind's own automaton; a UTF-8
+layer on top turns bytes into characters. Every transition is computed once and then looked up
+in O(1).
 
 - Lookarounds only with ``compile_regex(..., lookaround=True)`` (the ``Regex`` potential, which
   reads the pattern as a full match of the whole text; a grammar terminal would see its
@@ -36,11 +37,19 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-import re._constants as C
-import re._parser as sre_parse
 from typing import Iterable
 
-import _sre
+from potentials._compat import (
+    C,
+    parse_regex,
+    require,
+    subtrees,
+    tree_flags,
+    tree_items,
+    unicode_iscased,
+    unicode_tolower,
+    width,
+)
 
 MAXCP = 0x10FFFF
 SUR_LO, SUR_HI = 0xD800, 0xDFFF
@@ -99,23 +108,19 @@ def _complement(ivs: Intervals) -> Intervals:
     return tuple(out)
 
 
-def _contains(ivs: Intervals, cp: int) -> bool:
-    i = bisect.bisect_right(ivs, (cp, MAXCP + 1)) - 1
-    return i >= 0 and ivs[i][0] <= cp <= ivs[i][1]
-
-
 @functools.lru_cache(maxsize=1)
-def _all_text() -> str:
-    return "".join(map(chr, range(SUR_LO))) + "".join(map(chr, range(SUR_HI + 1, MAXCP + 1)))
+def all_chars() -> str:
+    """chr(0) chr(1) ... chr(MAXCP), surrogates included, so offset = code point (one 4.5 MB
+    string per process, shared by everything that asks a regex engine about every character)."""
+    return "".join(map(chr, range(MAXCP + 1)))
 
 
 @functools.lru_cache(maxsize=None)
 def _category(escape: str, ascii_: bool) -> Intervals:
-    """The code points ``re`` puts in ``\\d``, ``\\w`` or ``\\s`` (read off re itself)."""
+    """The code points ``re`` puts in ``\\d``, ``\\w`` or ``\\s`` (read off re itself; no
+    surrogate is in any of them)."""
     rx = re.compile(escape + "+", re.ASCII if ascii_ else 0)
-    return tuple((m.start() if m.start() < SUR_LO else m.start() + 0x800,
-                  (m.end() - 1) if m.end() - 1 < SUR_LO else m.end() - 1 + 0x800)
-                 for m in rx.finditer(_all_text()))
+    return tuple((m.start(), m.end() - 1) for m in rx.finditer(all_chars()))
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,9 +131,9 @@ def _cased() -> tuple[int, ...]:
         if SUR_LO <= cp <= SUR_HI:
             continue
         ch = chr(cp)
-        if _sre.unicode_iscased(cp) or ch.lower() != ch or ch.upper() != ch or ch.casefold() != ch:
+        if unicode_iscased(cp) or ch.lower() != ch or ch.upper() != ch or ch.casefold() != ch:
             out.add(cp)
-            out.add(_sre.unicode_tolower(cp))
+            out.add(unicode_tolower(cp))
             for s in (ch.lower(), ch.upper(), ch.casefold()):
                 if len(s) == 1:
                     out.add(ord(s))
@@ -365,7 +370,7 @@ class _NFA:
                     return cur
                 if s is not None:
                     return self.possessive(cur, s, lo, hi)
-            wlo, whi = av.getwidth()
+            wlo, whi = width(av)
             if wlo == whi and _no_lookarounds(items):
                 return self.build(items, cur, flags, pattern)
         raise UnsupportedRegex(f"regex {pattern!r} uses a {what} whose cut this automaton "
@@ -458,13 +463,7 @@ def _no_lookarounds(seq) -> bool:
     for op, av in seq:
         if op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS):
             return False
-        if op is C.SUBPATTERN and not _no_lookarounds(av[3]):
-            return False
-        if op is C.BRANCH and not all(_no_lookarounds(alt) for alt in av[1]):
-            return False
-        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and not _no_lookarounds(av[2]):
-            return False
-        if op is C.ATOMIC_GROUP and not _no_lookarounds(av):
+        if not all(_no_lookarounds(sub) for sub in subtrees(op, av)):
             return False
     return True
 
@@ -475,13 +474,7 @@ def _lookbehind_body_ok(seq) -> bool:
             return False
         if op is C.AT and av not in (C.AT_BEGINNING, C.AT_BEGINNING_STRING):
             return False
-        if op is C.SUBPATTERN and not _lookbehind_body_ok(av[3]):
-            return False
-        if op is C.BRANCH and not all(_lookbehind_body_ok(alt) for alt in av[1]):
-            return False
-        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and not _lookbehind_body_ok(av[2]):
-            return False
-        if op is C.ATOMIC_GROUP and not _lookbehind_body_ok(av):
+        if not all(_lookbehind_body_ok(sub) for sub in subtrees(op, av)):
             return False
     return True
 
@@ -553,7 +546,8 @@ def _utf8_range(part: tuple[int, ...]) -> tuple[int, int] | None:
 
 
 def _utf8_len(lead: int) -> int:
-    return 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    """Length of the UTF-8 character that ``lead`` starts (1 for stray continuation bytes)."""
+    return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
 
 
 class ByteDFA:
@@ -996,13 +990,14 @@ def parse_flags(pattern: str, flags: int) -> tuple[object, int]:
     """``re``'s parse tree of ``pattern`` and its global flags; InvalidRegex on bad syntax."""
     if not isinstance(pattern, str):
         raise TypeError(f"regex pattern must be a str, got {type(pattern).__name__}")
+    require("re")
     try:
-        tree = sre_parse.parse(pattern, flags)
+        tree = parse_regex(pattern, flags)
     except re.error as e:
         raise InvalidRegex(pattern, e.msg, e.pos) from None
     except (ValueError, OverflowError) as e:
         raise InvalidRegex(pattern, str(e), None) from None
-    return tree, tree.state.flags
+    return tree, tree_flags(tree)
 
 
 def compile_regex(pattern: str, flags: int = 0, *, lookaround: bool = False) -> ByteDFA:
@@ -1062,7 +1057,7 @@ def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals],
            lookaround: bool = False) -> ByteDFA:
     nfa = _NFA(pattern, placeholders, lookaround)
     start = nfa.new()
-    final = nfa.build(tree.data, start, gflags, pattern)
+    final = nfa.build(tree_items(tree), start, gflags, pattern)
     nfa.check_lookaheads()
     return ByteDFA(nfa, start, final)
 

@@ -8,10 +8,9 @@ lexer="dynamic_complete")`` accepts (text as UTF-8 bytes):
 
 from __future__ import annotations
 
-import re._constants as sre_c
-import re._parser as sre_parse
 from pathlib import Path
 
+from potentials._compat import C, parse_regex, subtrees, tree_items
 from potentials.base import NEG_INF, BytePotential
 from potentials.earley import CFG, Column, Earley, TokenDFA
 from potentials.fsm import UnsupportedRegex, compile_regex
@@ -145,7 +144,7 @@ def _token_dfa(tdef) -> TokenDFA:
     regexp = tdef.pattern.to_regexp().replace(_LARK_ESCAPED_STRING, _ESCAPED_STRING)
     try:
         dfa = compile_regex(regexp)
-        lazy = _is_lazy(sre_parse.parse(regexp))
+        lazy = _is_lazy(tree_items(parse_regex(regexp)))
     except UnsupportedRegex as e:
         raise ValueError(f"terminal {tdef.name} is not supported: {e}") from None
     except Exception as e:  # noqa: BLE001 - any failure to compile the user's pattern
@@ -160,27 +159,10 @@ def _describe(e: BaseException) -> str:
     return msg if kind == "ValueError" and msg else f"{kind}: {msg}" if msg else kind
 
 
-def _is_lazy(tree) -> bool:
+def _is_lazy(seq) -> bool:
     """Does the parsed regex contain a lazy repeat (``*?``, ``+?``, ``??``, ``{m,n}?``)?"""
-    for op, av in tree:
-        if op == sre_c.MIN_REPEAT:
-            return True
-        for sub in _children(op, av):
-            if _is_lazy(sub):
-                return True
-    return False
-
-
-def _children(op, av) -> list:
-    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, sre_c.POSSESSIVE_REPEAT):
-        return [av[2]]
-    if op == sre_c.SUBPATTERN:
-        return [av[3]]
-    if op == sre_c.BRANCH:
-        return list(av[1])
-    if op == sre_c.ATOMIC_GROUP:
-        return [av]
-    return []
+    return any(op is C.MIN_REPEAT or any(_is_lazy(sub) for sub in subtrees(op, av))
+               for op, av in seq)
 
 
 def _check_ignorable(auto: TokenDFA) -> None:

@@ -24,10 +24,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from jsonschema._utils import equal  # the validator's own notion of JSON equality
-
+from potentials._compat import base_uri, json_equal, require, validator_resolver, with_resolver
 from potentials.fsm import UnsupportedRegex, compile_regex
-from potentials.json_drafts import DEFAULT, SPECS, before, draft_of, view
+from potentials.json_drafts import (
+    DEFAULT,
+    LIST_OF_SCHEMAS,
+    MAP_OF_SCHEMAS,
+    ONE_SCHEMA,
+    SPECS,
+    before,
+    draft_of,
+    view,
+)
 from potentials.json_patterns import maybe_search
 
 TYPES = ("null", "boolean", "object", "array", "string", "number")
@@ -433,7 +441,7 @@ class Clause:
 def _dedupe_values(cands: list[Const]) -> list[Const]:
     out: list[Const] = []
     for c in cands:
-        if not any(equal(c.value, d.value) for d in out):
+        if not any(json_equal(c.value, d.value) for d in out):
             out.append(c)
     return out
 
@@ -447,11 +455,12 @@ class Schemas:
 
     def __init__(self, root: Any, validator: Any, draft: str = DEFAULT,
                  make_validator: Callable[[str], Any] | None = None):
+        require("jsonschema")
         self.validator = validator
         #: draft -> validator (with format checking) that checks members of that draft
         self.validators = {draft: validator}
         self._make_validator = make_validator
-        self.root_resolver = validator._resolver
+        self.root_resolver = validator_resolver(validator)
         self._clauses: dict = {}
         self._dfas: dict = {}
         self._accepts: dict = {}
@@ -471,7 +480,7 @@ class Schemas:
             return True  # malformed subschema: check_schema rejects these first
         if "$schema" in contents:
             draft = draft_of(contents["$schema"], lookup=self._meta)
-        key = (id(contents), getattr(resolver, "_base_uri", ""))
+        key = (id(contents), base_uri(resolver))
         return Node(view(contents, draft), resolver, key, contents, draft)
 
     def child(self, parent: Node, sub: Any) -> Node | bool:
@@ -608,7 +617,7 @@ class Schemas:
 
     def _member_accepts(self, m: Any, value: Any) -> bool:
         if isinstance(m, Const):
-            return equal(m.value, value)
+            return json_equal(m.value, value)
         if isinstance(m, KeyPattern):
             return maybe_search(m.pattern, value) is not False
         raw = m.raw
@@ -626,7 +635,7 @@ class Schemas:
                 return True  # no validator for this nested draft: checked at complete
             validator = self.validators[m.draft] = self._make_validator(m.draft)
         try:
-            return validator.evolve(schema=schema, _resolver=resolver).is_valid(value)
+            return with_resolver(validator, schema, resolver).is_valid(value)
         except Exception:  # undecidable here (the validator raised, a pattern timed out)
             return True
 
@@ -670,12 +679,13 @@ class Schemas:
                     todo += [self.child(node, x) for x in sub.values()]
 
 
-_ONE_SUB = frozenset(
-    {"not", "if", "then", "else", "additionalProperties", "propertyNames", "items", "contains",
-     "unevaluatedItems", "unevaluatedProperties"}
-)
-_LIST_SUBS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
-_DICT_SUBS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+# The subschemas check_refs walks: those that apply to the value in view()'s 2020-12 terms. Left
+# out: contentSchema (an annotation), additionalItems and list-form items (view() renames them),
+# $defs and definitions (reached through $ref only, so an unused definition never fails), and
+# draft 4-7 dependencies (the validator resolves its refs when it checks a closed object).
+_ONE_SUB = ONE_SCHEMA - {"contentSchema", "additionalItems"}
+_LIST_SUBS = LIST_OF_SCHEMAS - {"items"}
+_DICT_SUBS = MAP_OF_SCHEMAS - {"$defs", "definitions", "dependencies"}
 _SCALAR_WORDS = frozenset(
     {"type", "enum", "const", "format", "pattern", "minLength", "maxLength", "minimum",
      "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}

@@ -134,12 +134,18 @@ def strip_declarations(schema: Any, draft: str, lookup: Callable[[str], Any] | N
     return _strip(schema, draft, "(root)", lookup)
 
 
-_ONE = ("not", "if", "then", "else", "additionalProperties", "propertyNames", "items",
-        "contains", "unevaluatedItems", "unevaluatedProperties", "contentSchema",
-        "additionalItems")
-_MANY = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
-_NAMED = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions",
-          "dependencies")
+#: the keywords of drafts 4 to 2020-12 whose value is one subschema (``items`` may instead be a
+#: list), a list of subschemas, or a map from names to subschemas (``dependencies`` values may
+#: instead be lists of names); potentials.json_clauses walks a subset of them
+ONE_SCHEMA = frozenset(
+    {"not", "if", "then", "else", "additionalProperties", "propertyNames", "items", "contains",
+     "unevaluatedItems", "unevaluatedProperties", "contentSchema", "additionalItems"}
+)
+LIST_OF_SCHEMAS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
+MAP_OF_SCHEMAS = frozenset(
+    {"properties", "patternProperties", "dependentSchemas", "$defs", "definitions",
+     "dependencies"}
+)
 
 
 def _strip(schema: Any, draft: str, where: str, lookup: Callable[[str], Any] | None) -> Any:
@@ -155,11 +161,11 @@ def _strip(schema: Any, draft: str, where: str, lookup: Callable[[str], Any] | N
         if k == "$schema" and own == draft:
             continue
         at = f"{where}/{k}" if where != "(root)" else k
-        if k in _ONE and isinstance(v, dict):
+        if k in ONE_SCHEMA and isinstance(v, dict):
             v = _strip(v, own, at, lookup)
-        elif k in _MANY and isinstance(v, list):
+        elif k in LIST_OF_SCHEMAS and isinstance(v, list):
             v = [_strip(x, own, f"{at}/{i}", lookup) for i, x in enumerate(v)]
-        elif k in _NAMED and isinstance(v, dict):
+        elif k in MAP_OF_SCHEMAS and isinstance(v, dict):
             v = {name: _strip(x, own, f"{at}/{name}", lookup) for name, x in v.items()}
         out[k] = v
     return out

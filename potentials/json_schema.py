@@ -8,11 +8,20 @@
                           package in bounded time (potentials.json_patterns): a search past its
                           time limit fails the document.
     prefix(x)   = 0  iff  the incremental recognizer (potentials.json_machine) is still alive
+
+A pydantic v2 model class M is a schema too: ``JSONSchema(M)`` uses M.model_json_schema() (its
+validation-mode schema, Draft 2020-12) and adds M's own validation at completion,
+
+    complete_M(x) = complete_{schema(M)}(x)  if M.model_validate_json(x) succeeds, else -inf
+
+so validators that no schema expresses (``field_validator``, ``model_validator``, strict types)
+hold for every finished sample, and ``parse`` (and ``smc.Result.parsed``) gives M instances.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from jsonschema.exceptions import SchemaError
@@ -56,7 +65,9 @@ class JSONSchema(BytePotential[JSONState]):
     (potentials.json_drafts).
 
     Args:
-        schema: the schema, as a dict, a boolean, or JSON text.
+        schema: the schema, as a dict, a boolean, JSON text, or a pydantic v2 ``BaseModel``
+            subclass M (the schema is M.model_json_schema(), and a finished document must also
+            pass M.model_validate_json; see the module docstring).
         whitespace: "compact" (no whitespace outside strings), "flexible" (any RFC 8259
             whitespace between tokens), or an int n (runs of at most n whitespace bytes).
         registry: a ``referencing.Registry`` of further schemas that ``$ref`` may name;
@@ -97,6 +108,9 @@ class JSONSchema(BytePotential[JSONState]):
         whitespace: str | int = "flexible",
         registry: Any = None,
     ):
+        self.model = _pydantic_model(schema)
+        if self.model is not None:
+            schema = _model_schema(self.model)
         if isinstance(schema, str):
             try:
                 schema = json.loads(schema)
@@ -104,7 +118,8 @@ class JSONSchema(BytePotential[JSONState]):
                 raise ValueError(f"schema is not valid JSON: {err}") from None
         if not isinstance(schema, (dict, bool)):
             raise TypeError(
-                f"schema must be a dict, a bool or JSON text, not {type(schema).__name__}"
+                "schema must be a dict, a bool, JSON text or a pydantic BaseModel subclass, "
+                f"not {type(schema).__name__}"
             )
         lookup = None if registry is None else registry.contents
         draft = DEFAULT
@@ -163,7 +178,34 @@ class JSONSchema(BytePotential[JSONState]):
         self._initial = JSONState(self.machine.initial(), None)
 
     def __repr__(self) -> str:
-        return f"JSONSchema({self.schema!r}, whitespace={self.whitespace!r})"
+        what = repr(self.schema) if self.model is None else self.model.__qualname__
+        return f"JSONSchema({what}, whitespace={self.whitespace!r})"
+
+    def parse(self, text: str | bytes) -> Any:
+        """The value of a document this potential accepts: M.model_validate_json(text) (an M
+        instance) for a pydantic model M, else json.loads(text).
+
+        ValueError naming the problem when ``complete(text)`` is -inf (not JSON in this
+        whitespace style, or invalid under the schema or the model)."""
+        data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+        state = self._initial
+        for i in range(len(data)):
+            state = self.advance(state, data[i : i + 1])
+            if state is None:
+                raise ValueError(
+                    f"document is not valid under the schema (whitespace={self.whitespace!r}) "
+                    f"from byte {i} on: {_clip(data)}"
+                )
+        if not self.machine.finished(state.configs):
+            raise ValueError(
+                f"document is incomplete, or its last value is not valid under the schema: "
+                f"{_clip(data)}"
+            )
+        # pydantic's own ValidationError (a ValueError) names the failing fields
+        value = json.loads(data) if self.model is None else self.model.model_validate_json(data)
+        if not self.accepts_state(state):
+            raise ValueError(f"document is not valid under the schema: {_clip(data)}")
+        return value
 
     def initial(self) -> JSONState:
         return self._initial
@@ -232,9 +274,59 @@ class JSONSchema(BytePotential[JSONState]):
         except (ValueError, RecursionError):  # an integer beyond Python's digit limit, or
             return False  # nesting deeper than json's recursion limit
         try:
-            return self.validator.is_valid(value)
+            if not self.validator.is_valid(value):
+                return False
         except Exception:  # the validator itself cannot decide (e.g. a regex it cannot run)
             return False
+        if self.model is None:
+            return True
+        # an exception other than pydantic's ValidationError (a ValueError) comes from a
+        # user validator's own bug and is raised, not read as a verdict
+        try:
+            self.model.model_validate_json(state.text())
+        except ValueError:
+            return False
+        return True
+
+
+def _clip(data: bytes, limit: int = 80) -> str:
+    return repr(data[:limit]) + (f" ... ({len(data)} bytes)" if len(data) > limit else "")
+
+
+def _pydantic_model(schema: Any) -> type | None:
+    """``schema`` if it is a pydantic v2 model class, else None; TypeError for a model instance
+    or a pydantic v1 model. pydantic is looked up in sys.modules, never imported: a model class
+    can only exist once its module is loaded."""
+    pyd = sys.modules.get("pydantic")
+    if pyd is None or not hasattr(pyd, "BaseModel"):
+        return None
+    if isinstance(schema, pyd.BaseModel):
+        raise TypeError(
+            f"schema is an instance of the pydantic model {type(schema).__name__}; pass the "
+            f"class itself: JSONSchema({type(schema).__name__})"
+        )
+    if not isinstance(schema, type):
+        return None
+    v1 = sys.modules.get("pydantic.v1")
+    if issubclass(schema, pyd.BaseModel) and hasattr(schema, "model_json_schema"):
+        return schema
+    if issubclass(schema, pyd.BaseModel) or (v1 is not None and issubclass(schema, v1.BaseModel)):
+        raise TypeError(
+            f"{schema.__name__} is a pydantic v1 model (pydantic.v1.BaseModel, or pydantic 1.x "
+            "installed); JSONSchema takes pydantic v2 models (pydantic.BaseModel)"
+        )
+    return None
+
+
+def _model_schema(model: type) -> dict:
+    """model.model_json_schema() (validation mode), ValueError when pydantic cannot make one."""
+    try:
+        return model.model_json_schema()
+    except Exception as err:  # PydanticInvalidForJsonSchema, PydanticUserError (not built), ...
+        raise ValueError(
+            f"cannot build a JSON Schema from the pydantic model {model.__name__}: "
+            f"{type(err).__name__}: {err}"
+        ) from None
 
 
 def _depth(schema: Any) -> int:

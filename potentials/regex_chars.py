@@ -28,6 +28,8 @@ import warnings
 
 import regex as regex_pkg
 
+from potentials.fsm import all_chars
+
 # character classes anchors and `.` consult, always among the atoms
 _BASE_ATOMS = [r"\w", r"(?a)\w", r"\d", r"\s", r"\n", r".", r"(?s).", r"\r"]
 _ZERO_WIDTH = set("bBAZzGmMK")
@@ -136,19 +138,14 @@ def _variants(pattern: str, atom: str) -> list[str]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def _all_chars() -> str:
-    # surrogates stand in as themselves: they never come from UTF-8, only their positions matter
-    return "".join(map(chr, range(0x110000)))
-
-
 @functools.lru_cache(maxsize=64)
 def _cells(pattern: str) -> tuple[list[int], list[int]] | None:
     """Elementary intervals of all code points (their starts) and a cell id for each."""
     atoms = atoms_of(pattern)
     if atoms is None:
         return None
-    text = _all_chars()
+    # surrogates stand in as themselves: they never come from UTF-8, only their positions matter
+    text = all_chars()
     cuts = {0, len(text)}
     members = []
     with warnings.catch_warnings():

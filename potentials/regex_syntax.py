@@ -30,18 +30,14 @@ import warnings
 
 import regex as regex_pkg
 
+from potentials.fsm import SUR_HI, SUR_LO, all_chars
+
 PUA_BASE = 0xF0000  # plane 15 private use: placeholders
-_SUR_LO, _SUR_HI = 0xD800, 0xDFFF
 
 # escapes that test one character, whose code points the two packages may define differently
 _CLASS_ESCAPES = set("dDwWsS")
 # escapes that mean the same one character in both packages
 _SAME_ESCAPES = set("\\.^$|?*+()[]{}-/ntrfa0123456789'\"#&~ :;,<>=!@%`_")
-
-
-@functools.lru_cache(maxsize=1)
-def _all_chars() -> str:
-    return "".join(map(chr, range(0x110000)))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -51,9 +47,9 @@ def regex_set(test: str, prefix: str) -> tuple[tuple[int, int], ...]:
         warnings.simplefilter("ignore")
         rx = regex_pkg.compile(f"{prefix}(?:{test})+")
     out: list[tuple[int, int]] = []
-    for m in rx.finditer(_all_chars()):
+    for m in rx.finditer(all_chars()):
         lo, hi = m.start(), m.end() - 1
-        for a, b in ((lo, min(hi, _SUR_LO - 1)), (max(lo, _SUR_HI + 1), hi)):
+        for a, b in ((lo, min(hi, SUR_LO - 1)), (max(lo, SUR_HI + 1), hi)):
             if a <= b:
                 out.append((a, b))
     return tuple(out)

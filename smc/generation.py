@@ -158,6 +158,7 @@ async def agenerate(
         progress_total=max_tokens + 1,
     )
     result.stats.update(prompt_tokens=len(ids), sampler=sampler, max_tokens=max_tokens)
+    result.constraint = constraint  # for Result.parsed
     return result
 
 

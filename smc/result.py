@@ -19,6 +19,12 @@ from potentials.base import NEG_INF, logsumexp
 from smc.resampling import ess as _ess
 
 
+def json_number(x: float) -> float | None:
+    """``x`` as a JSON number: None (null) where JSON has none, i.e. for -inf (a log weight of
+    zero weight) and NaN."""
+    return None if x == NEG_INF or math.isnan(x) else float(x)
+
+
 @dataclass(frozen=True)
 class Sample:
     """One final particle: text, token ids (EOS excluded), log weight, and ``finished``.
@@ -69,12 +75,16 @@ class Result:
             lm_forward_passes, constraint_checks (single-token checks), full_evaluations (whole
             next-token weight vectors), and raw counter deltas under "lm" and "samplers"
             (counters of objects shared with concurrent runs include those runs' work).
+        constraint: the constraint the run sampled under, as the caller passed it (set by
+            ``smc.generate``; None for an unconstrained run or a custom program), read by
+            ``parsed``.
     """
 
     samples: list[Sample]
     log_ml: float
     history: list[StepRecord] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    constraint: Any = field(default=None, repr=False, compare=False)
 
     @property
     def finished(self) -> list[Sample]:
@@ -114,19 +124,76 @@ class Result:
         post = self.posterior
         return next(iter(post)) if post else None
 
+    @property
+    def parsed(self) -> list[Any]:
+        """The finished samples' values: parsed[i] = S.parse(finished[i].text), in the order of
+        ``finished`` (pair them with ``finished[i].log_weight``), where S is the run's
+        JSONSchema constraint (alone, or the one JSONSchema factor of a product or lifted
+        constraint). For ``JSONSchema(M)`` with M a pydantic model these are M instances,
+        validated by pydantic; for a plain schema, the decoded JSON values. Empty when no
+        sample finished.
+
+        ValueError when the run has no JSONSchema constraint, or several that parse
+        differently (then call ``schema.parse(sample.text)`` with the one wanted)."""
+        schema = self._json_schema()
+        out = []
+        for i, s in enumerate(self.finished):
+            try:
+                out.append(schema.parse(s.text))
+            except ValueError as err:
+                # cannot happen for a run of smc.generate (complete() checked every finished
+                # sample), so say which sample and why instead of one bare pydantic error
+                raise ValueError(f"finished sample {i} ({s.text!r}) does not parse: {err}") from err
+        return out
+
+    @property
+    def parsed_best(self) -> Any:
+        """``best`` parsed as in ``parsed`` (None when no sample finished; ValueError as in
+        ``parsed``)."""
+        schema = self._json_schema()
+        best = self.best
+        return None if best is None else schema.parse(best)
+
+    def _json_schema(self) -> Any:
+        """The run's one JSONSchema factor (see ``parsed``)."""
+        from potentials.json_schema import JSONSchema
+        from potentials.lift import Lifted
+        from potentials.product import ByteProduct, Product
+
+        found, todo = [], [self.constraint]
+        while todo:
+            c = todo.pop()
+            if isinstance(c, JSONSchema):
+                found.append(c)
+            elif isinstance(c, (ByteProduct, Product)):
+                todo += [c.b, c.a]
+            elif isinstance(c, Lifted):
+                todo.append(c.potential)
+        if not found:
+            what = ("no constraint" if self.constraint is None
+                    else f"the constraint {self.constraint!r}")
+            raise ValueError(
+                f"Result.parsed needs a run constrained by a JSONSchema (e.g. "
+                f"JSONSchema(MyModel) for a pydantic model); this run had {what}"
+            )
+        # plain schemas all parse to the same JSON value; pydantic models may not agree
+        if len({id(s.model) for s in found if s.model is not None}) > 1:
+            raise ValueError(
+                "the constraint has JSONSchema factors of several pydantic models "
+                f"({', '.join(s.model.__name__ for s in found if s.model is not None)}); "
+                "parse with the one you want: schema.parse(sample.text)"
+            )
+        return next((s for s in found if s.model is not None), found[0])
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary; log values of -inf (zero weight) are written as None (null)."""
-
-        def num(x: float) -> float | None:
-            return None if x == NEG_INF else float(x)
-
         return {
             "samples": [
-                {"text": s.text, "log_weight": num(s.log_weight), "finished": s.finished}
+                {"text": s.text, "log_weight": json_number(s.log_weight), "finished": s.finished}
                 for s in self.samples
             ],
             "posterior": self.posterior,
-            "log_ml": num(self.log_ml),
+            "log_ml": json_number(self.log_ml),
             "ess": self.ess,
             "stats": self.stats,
         }
