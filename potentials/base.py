@@ -23,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Generic, Hashable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Hashable, Sequence, TypeVar
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
+    from smc.backends.base import LMBackend
 
 NEG_INF = float("-inf")
 Context = Any  # bytes for byte-level potentials, tuple[int, ...] for token-level ones
@@ -176,7 +179,7 @@ class BytePotential(Potential, Generic[S]):
         out[256] = await self.state_complete(state) - base
         return out
 
-    def lift(self, lm: Any) -> "Potential":
+    def lift(self, lm: LMBackend) -> "Potential":
         """This potential over ``lm``'s token vocabulary (see potentials.lift)."""
         from potentials.lift import Lifted
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from potentials.base import NEG_INF, Potential, logsumexp
+
+if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
+    from smc.backends.base import LMBackend
 
 
 class LMPotential(Potential):
@@ -33,7 +36,7 @@ class LMPotential(Potential):
         cache_size: how many contexts' prefix values are kept.
     """
 
-    def __init__(self, lm: Any, prompt: str | Sequence[int] = "", temperature: float = 1.0,
+    def __init__(self, lm: LMBackend, prompt: str | Sequence[int] = "", temperature: float = 1.0,
                  cache_size: int = 20_000):
         try:
             temperature = float(temperature)

@@ -38,7 +38,9 @@ import numpy as np
 import torch
 
 from potentials.base import NEG_INF, Potential, logsumexp
-from smc.backends.base import NextTokenDists, dists_from_logprobs, next_token_dists
+from smc.backends.base import (
+    LMBackend, NextTokenDists, check_backend, dists_from_logprobs, next_token_dists,
+)
 from smc.backends.batching import AutoBatcher
 
 #: picks an index of a probability vector (entries >= 0, summing to 1 up to rounding)
@@ -135,7 +137,7 @@ class TokenSampler(ABC):
     """Draws the next token for contexts that continue ``prompt_ids`` under ``lm``.
 
     Args:
-        lm: an LM backend (vocab, eos_token_ids, next_token_logprobs).
+        lm: an LM backend (``smc.backends.base.LMBackend``).
         potential: a token-level Potential over ``lm``'s vocabulary (``size == len(lm.vocab)``,
             contexts are tuples of generated token ids), or None for no constraint.
         prompt_ids: the prompt's token ids; the LM sees ``prompt_ids + ctx``.
@@ -145,7 +147,8 @@ class TokenSampler(ABC):
     Samplers are shared by all particles and never copied when particles are.
     """
 
-    def __init__(self, lm: Any, potential: Potential | None = None, prompt_ids: Sequence[int] = ()):
+    def __init__(self, lm: LMBackend, potential: Potential | None = None, prompt_ids: Sequence[int] = ()):
+        check_backend(lm)
         n = len(lm.vocab)
         if potential is not None:
             if not isinstance(potential, Potential):

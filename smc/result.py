@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from potentials.base import NEG_INF, logsumexp
 from smc.resampling import ess as _ess
+
+if TYPE_CHECKING:  # annotations only: importing it loads torch
+    from smc.backends.base import LMBackend
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ class Result:
 
         return viz.plot(self, ax)
 
-    def to_html(self, path: Any, lm: Any = None) -> Any:
+    def to_html(self, path: Any, lm: LMBackend | None = None) -> Any:
         """Write the genealogy page to ``path`` and return it; ``lm`` decodes tokens (see smc.viz.save)."""
         from smc import viz
 

@@ -21,12 +21,15 @@ import html as _html
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from potentials.base import NEG_INF, logsumexp
 from smc.result import Result
+
+if TYPE_CHECKING:  # annotations only: importing it loads torch
+    from smc.backends.base import LMBackend
 
 __all__ = ["genealogy", "plot", "to_html", "save"]
 
@@ -45,7 +48,7 @@ def _num(x: float) -> float | None:
     return None if x == NEG_INF or math.isnan(x) else float(x)
 
 
-def _decoder(lm: Any):
+def _decoder(lm: LMBackend):
     if lm is None:
         return None
     vocab = getattr(lm, "vocab", None)
@@ -58,7 +61,7 @@ def _decoder(lm: Any):
     return decode
 
 
-def genealogy(result: Result, lm: Any = None) -> dict[str, Any]:
+def genealogy(result: Result, lm: LMBackend | None = None) -> dict[str, Any]:
     """The run as columns of nodes: one column per step, then one for the final samples.
 
     Node (t, i) is particle i after step t: the tokens it added at step t, its prefix (all its
@@ -215,7 +218,7 @@ def _json_for_script(data: Any) -> str:
     return s
 
 
-def to_html(result: Result, lm: Any = None, *, title: str = "SMC run") -> str:
+def to_html(result: Result, lm: LMBackend | None = None, *, title: str = "SMC run") -> str:
     """One self-contained HTML page (inline CSS, JS and SVG) showing the run's genealogy.
 
     Columns are steps, rows particles; lines join each particle to its parent, node area grows
@@ -232,7 +235,7 @@ def to_html(result: Result, lm: Any = None, *, title: str = "SMC run") -> str:
     )
 
 
-def save(result: Result, path: str | Path, lm: Any = None, *, title: str = "SMC run") -> Path:
+def save(result: Result, path: str | Path, lm: LMBackend | None = None, *, title: str = "SMC run") -> Path:
     """Write ``to_html(result, lm)`` to ``path`` (UTF-8) and return the path."""
     path = Path(path)
     path.write_text(to_html(result, lm, title=title), encoding="utf-8")
