@@ -206,3 +206,13 @@ def logsumexp(x: np.ndarray) -> float:
     if m == NEG_INF or math.isnan(m):
         return m
     return m + math.log(float(np.sum(np.exp(x - m))))
+
+
+def normalized(logw: np.ndarray | Sequence[float]) -> tuple[np.ndarray, float]:
+    """(exp(logw - L), L) with L = logsumexp(logw); zeros and L = -inf when every entry is -inf
+    (or there is none)."""
+    logw = np.asarray(logw, dtype=float)
+    total = logsumexp(logw)
+    if total == NEG_INF:
+        return np.zeros(len(logw)), NEG_INF
+    return np.exp(logw - total), total

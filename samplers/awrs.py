@@ -42,8 +42,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, Potential, logsumexp
-from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream, normalized
+from potentials.base import NEG_INF, Potential, logsumexp, normalized
+from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream
 from smc.backends.base import LMBackend, NextTokenDists
 
 #: below this remaining mass, draws are computed in log space instead of linear space

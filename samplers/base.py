@@ -37,24 +37,16 @@ from typing import Any, Callable, Iterator, Sequence, Union
 import numpy as np
 import torch
 
-from potentials.base import NEG_INF, Potential, logsumexp
+from potentials.base import Potential
 from smc.backends.base import (
     LMBackend, NextTokenDists, check_backend, dists_from_logprobs, next_token_dists,
 )
 from smc.backends.batching import AutoBatcher
+from smc.resampling import inverse_cdf
 
 #: picks an index of a probability vector (entries >= 0, summing to 1 up to rounding)
 Draw = Callable[[np.ndarray], int]
 RandomSource = Union[np.random.Generator, Draw]
-
-
-def inverse_cdf(probs: np.ndarray, u: float) -> int:
-    """The index i with cumsum(probs)[i-1] <= u * sum(probs) < cumsum(probs)[i], for u in [0, 1)."""
-    c = np.cumsum(probs)
-    i = int(np.searchsorted(c, u * c[-1], side="right"))
-    if i >= len(c) or probs[i] <= 0:  # rounding at the top end: take the last positive entry
-        i = int(np.flatnonzero(probs > 0)[-1])
-    return i
 
 
 #: stream uniforms a Generator-backed draw offers (drawn lazily, in order of use)
@@ -123,14 +115,6 @@ def as_draw(rng: RandomSource) -> Draw:
     if callable(rng):
         return rng
     raise TypeError(f"rng must be a numpy Generator or a draw function, got {type(rng).__name__}")
-
-
-def normalized(logw: np.ndarray) -> tuple[np.ndarray, float]:
-    """(exp(logw - L), L) with L = logsumexp(logw); L = -inf when every entry is -inf."""
-    total = logsumexp(logw)
-    if total == NEG_INF:
-        return np.zeros(len(logw)), NEG_INF
-    return np.exp(logw - total), total
 
 
 class TokenSampler(ABC):

@@ -15,11 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from potentials.base import NEG_INF, logsumexp
+from potentials.base import NEG_INF, logsumexp, normalized
 from smc.resampling import ess as _ess
 
 if TYPE_CHECKING:  # annotations only: importing it loads torch
     from smc.backends.base import LMBackend
+
+
+def json_number(x: float) -> float | None:
+    """``x`` for JSON, which has no infinities or NaN: None (null) for -inf (a log weight of
+    zero weight) and any other non-finite value, else ``float(x)``."""
+    return float(x) if math.isfinite(x) else None
 
 
 @dataclass(frozen=True)
@@ -86,11 +92,7 @@ class Result:
     @property
     def weights(self) -> np.ndarray:
         """Normalized weights of the samples (finished ones only; zeros if none has weight)."""
-        lw = np.array([s.log_weight if s.finished else NEG_INF for s in self.samples], dtype=float)
-        total = logsumexp(lw)
-        if total == NEG_INF:
-            return np.zeros(len(lw))
-        return np.exp(lw - total)
+        return normalized([s.log_weight if s.finished else NEG_INF for s in self.samples])[0]
 
     @property
     def posterior(self) -> dict[str, float]:
@@ -119,17 +121,13 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary; log values of -inf (zero weight) are written as None (null)."""
-
-        def num(x: float) -> float | None:
-            return None if x == NEG_INF else float(x)
-
         return {
             "samples": [
-                {"text": s.text, "log_weight": num(s.log_weight), "finished": s.finished}
+                {"text": s.text, "log_weight": json_number(s.log_weight), "finished": s.finished}
                 for s in self.samples
             ],
             "posterior": self.posterior,
-            "log_ml": num(self.log_ml),
+            "log_ml": json_number(self.log_ml),
             "ess": self.ess,
             "stats": self.stats,
         }
