@@ -23,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Generic, Hashable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Hashable, Sequence, TypeVar
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
+    from smc.backends.base import LMBackend
 
 NEG_INF = float("-inf")
 Context = Any  # bytes for byte-level potentials, tuple[int, ...] for token-level ones
@@ -176,7 +179,7 @@ class BytePotential(Potential, Generic[S]):
         out[256] = await self.state_complete(state) - base
         return out
 
-    def lift(self, lm: Any) -> "Potential":
+    def lift(self, lm: LMBackend) -> "Potential":
         """This potential over ``lm``'s token vocabulary (see potentials.lift)."""
         from potentials.lift import Lifted
 
@@ -203,3 +206,13 @@ def logsumexp(x: np.ndarray) -> float:
     if m == NEG_INF or math.isnan(m):
         return m
     return m + math.log(float(np.sum(np.exp(x - m))))
+
+
+def normalized(logw: np.ndarray | Sequence[float]) -> tuple[np.ndarray, float]:
+    """(exp(logw - L), L) with L = logsumexp(logw); zeros and L = -inf when every entry is -inf
+    (or there is none)."""
+    logw = np.asarray(logw, dtype=float)
+    total = logsumexp(logw)
+    if total == NEG_INF:
+        return np.zeros(len(logw)), NEG_INF
+    return np.exp(logw - total), total

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text
+
+if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
+    from smc.backends.base import LMBackend
 
 _MISSING = object()
 
@@ -80,7 +83,7 @@ class VocabTrie:
 _PER_LM: "weakref.WeakKeyDictionary[Any, dict[tuple, Any]]" = weakref.WeakKeyDictionary()
 
 
-def _per_lm(lm: Any, key: tuple, build: Callable[[], Any]) -> Any:
+def _per_lm(lm: LMBackend, key: tuple, build: Callable[[], Any]) -> Any:
     """``build()``, computed once per LM and key (the vocabulary's tables outlive potentials)."""
     key = (len(lm.vocab), *key)
     try:
@@ -93,12 +96,12 @@ def _per_lm(lm: Any, key: tuple, build: Callable[[], Any]) -> Any:
     return got
 
 
-def vocab_trie(lm: Any, skip: set[int]) -> VocabTrie:
+def vocab_trie(lm: LMBackend, skip: set[int]) -> VocabTrie:
     """The trie of ``lm``'s vocabulary without the ``skip`` ids, built once per LM and skip set."""
     return _per_lm(lm, ("trie", tuple(sorted(skip))), lambda: VocabTrie(lm.vocab, skip))
 
 
-def plain_tokens(lm: Any, skip: set[int]) -> tuple[np.ndarray, np.ndarray, VocabTrie]:
+def plain_tokens(lm: LMBackend, skip: set[int]) -> tuple[np.ndarray, np.ndarray, VocabTrie]:
     """(which tokens are plain text, their character counts, the trie of all other tokens),
     ``skip`` ids excluded everywhere; built once per LM and skip set."""
 
@@ -123,7 +126,7 @@ class Lifted(Potential):
             evicted state is recomputed from its bytes, so eviction never changes results).
     """
 
-    def __init__(self, potential: BytePotential, lm: Any, cache_size: int = 20_000):
+    def __init__(self, potential: BytePotential, lm: LMBackend, cache_size: int = 20_000):
         if not isinstance(potential, BytePotential):
             raise TypeError(f"Lifted needs a BytePotential, got {type(potential).__name__}")
         if cache_size < 1:

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from potentials.base import NEG_INF, Potential, logsumexp
 from smc.backends.prompts import Prompt, encode_prompt
+
+if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
+    from smc.backends.base import LMBackend
 
 
 class LMPotential(Potential):
@@ -38,7 +41,7 @@ class LMPotential(Potential):
         cache_size: how many contexts' prefix values are kept.
     """
 
-    def __init__(self, lm: Any, prompt: Prompt = "", temperature: float = 1.0,
+    def __init__(self, lm: LMBackend, prompt: Prompt = "", temperature: float = 1.0,
                  cache_size: int = 20_000, *, chat: bool | None = None):
         try:
             temperature = float(temperature)

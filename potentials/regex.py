@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from typing import Any, Hashable, Iterable
 
-import regex as regex_pkg
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.regex_chars import representatives

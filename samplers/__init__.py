@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from potentials.base import Potential
 from samplers.awrs import AWRSSampler
@@ -15,6 +15,7 @@ from samplers.base import Draw, TokenSampler, as_draw, categorical
 from samplers.direct import DirectSampler
 from samplers.masking import MaskingSampler
 from samplers.proposal import ProposalSampler
+from smc.backends.base import LMBackend
 
 SAMPLERS: dict[str, type[TokenSampler]] = {
     "direct": DirectSampler,
@@ -24,7 +25,7 @@ SAMPLERS: dict[str, type[TokenSampler]] = {
 
 
 def make_sampler(
-    name: str, lm: Any, potential: Potential | None = None, prompt_ids: Sequence[int] = ()
+    name: str, lm: LMBackend, potential: Potential | None = None, prompt_ids: Sequence[int] = ()
 ) -> TokenSampler:
     """The sampler called ``name`` (one of SAMPLERS) for ``lm``, ``potential``, ``prompt_ids``."""
     if name not in SAMPLERS:

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, Potential, logsumexp
-from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream, normalized
-from smc.backends.base import NextTokenDists
+from potentials.base import NEG_INF, Potential, logsumexp, normalized
+from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream
+from smc.backends.base import LMBackend, NextTokenDists
 
 #: below this remaining mass, draws are computed in log space instead of linear space
 _TINY = 1e-200
@@ -202,7 +202,7 @@ class AWRSSampler(TokenSampler):
 
     def __init__(
         self,
-        lm: Any,
+        lm: LMBackend,
         potential: Potential | None = None,
         prompt_ids: Sequence[int] = (),
         *,

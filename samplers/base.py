@@ -37,23 +37,17 @@ from typing import Any, Callable, Iterator, Sequence, Union
 import numpy as np
 import torch
 
-from potentials.base import NEG_INF, Potential, logsumexp
-from smc.backends.base import NextTokenDists, dists_from_logprobs, next_token_dists
+from potentials.base import Potential
+from smc.backends.base import (
+    LMBackend, NextTokenDists, check_backend, dists_from_logprobs, next_token_dists,
+)
 from smc.backends.batching import AutoBatcher
 from smc.backends.prompts import Prompt, encode_prompt
+from smc.resampling import inverse_cdf
 
 #: picks an index of a probability vector (entries >= 0, summing to 1 up to rounding)
 Draw = Callable[[np.ndarray], int]
 RandomSource = Union[np.random.Generator, Draw]
-
-
-def inverse_cdf(probs: np.ndarray, u: float) -> int:
-    """The index i with cumsum(probs)[i-1] <= u * sum(probs) < cumsum(probs)[i], for u in [0, 1)."""
-    c = np.cumsum(probs)
-    i = int(np.searchsorted(c, u * c[-1], side="right"))
-    if i >= len(c) or probs[i] <= 0:  # rounding at the top end: take the last positive entry
-        i = int(np.flatnonzero(probs > 0)[-1])
-    return i
 
 
 #: stream uniforms a Generator-backed draw offers (drawn lazily, in order of use)
@@ -124,19 +118,11 @@ def as_draw(rng: RandomSource) -> Draw:
     raise TypeError(f"rng must be a numpy Generator or a draw function, got {type(rng).__name__}")
 
 
-def normalized(logw: np.ndarray) -> tuple[np.ndarray, float]:
-    """(exp(logw - L), L) with L = logsumexp(logw); L = -inf when every entry is -inf."""
-    total = logsumexp(logw)
-    if total == NEG_INF:
-        return np.zeros(len(logw)), NEG_INF
-    return np.exp(logw - total), total
-
-
 class TokenSampler(ABC):
     """Draws the next token for contexts that continue ``prompt_ids`` under ``lm``.
 
     Args:
-        lm: an LM backend (vocab, eos_token_ids, next_token_logprobs).
+        lm: an LM backend (``smc.backends.base.LMBackend``).
         potential: a token-level Potential over ``lm``'s vocabulary (``size == len(lm.vocab)``,
             contexts are tuples of generated token ids), or None for no constraint.
         prompt_ids: the prompt: token ids (used as given), or text or chat messages, encoded
@@ -149,7 +135,8 @@ class TokenSampler(ABC):
     Samplers are shared by all particles and never copied when particles are.
     """
 
-    def __init__(self, lm: Any, potential: Potential | None = None, prompt_ids: Prompt = ()):
+    def __init__(self, lm: LMBackend, potential: Potential | None = None, prompt_ids: Prompt = ()):
+        check_backend(lm)
         n = len(lm.vocab)
         if potential is not None:
             if not isinstance(potential, Potential):

@@ -8,8 +8,8 @@ cost of evaluating the constraint on every token of the vocabulary each step.
 
 from __future__ import annotations
 
-from samplers.base import Draw, TokenSampler, normalized
-from potentials.base import NEG_INF
+from samplers.base import Draw, TokenSampler
+from potentials.base import NEG_INF, normalized
 
 
 class DirectSampler(TokenSampler):

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from potentials.base import NEG_INF, Potential
 from samplers.base import Draw, TokenSampler
+from smc.backends.base import LMBackend
 
 
 class ProposalSampler(TokenSampler):
@@ -30,11 +31,11 @@ class ProposalSampler(TokenSampler):
 
     def __init__(
         self,
-        lm: Any,
+        lm: LMBackend,
         potential: Potential | None = None,
         prompt_ids: Sequence[int] = (),
         *,
-        proposal_lm: Any = None,
+        proposal_lm: LMBackend | None = None,
         proposal_prompt_ids: Sequence[int] = (),
         inner: type[TokenSampler] | None = None,
     ):

@@ -98,7 +98,7 @@ def _prompt(args: argparse.Namespace):
 def _constraint(args: argparse.Namespace):
     if args.regex is not None:
         from potentials import Regex
-        from smc.generation import check_text
+        from smc.backends.prompts import check_text
 
         return Regex(check_text(args.regex, "--regex"))
     if args.grammar is not None:

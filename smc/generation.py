@@ -18,32 +18,26 @@ from typing import Any
 
 from potentials.base import Potential
 from samplers import SAMPLERS, make_sampler
+from smc.backends.base import LMBackend, check_backend
 from smc.engine import Critic, check_smc_args, smc
-from smc.backends.prompts import Prompt, check_text, encode_prompt, prompt_kind
+from smc.backends.prompts import Prompt, encode_prompt, prompt_kind
 from smc.model import ConstrainedGeneration, lift
 from smc.result import Result
 
 
-#: methods and attributes every LM backend has (design.md, "LM backends")
-LM_PROTOCOL = ("vocab", "eos_token_ids", "encode", "next_token_logprobs", "batch_next_token_logprobs")
 #: bytes per particle and vocabulary entry that one SMC step may hold at once (the float32
 #: next-token log-probs, a float64 working copy, the constraint's mask), for the memory check
 STEP_BYTES_PER_ENTRY = 16
 
 
-def check_lm(lm: Any) -> None:
+def check_lm(lm: LMBackend) -> None:
     """TypeError unless ``lm`` looks like an LM backend (a name is not one: see ``load_lm``)."""
     if isinstance(lm, (str, bytes, os.PathLike)):
         raise TypeError(
             f"lm must be a language-model backend, got the {type(lm).__name__} {lm!r}; "
             f"to use a model by name, pass lm=smc.load_lm({str(lm)!r})"
         )
-    missing = [a for a in LM_PROTOCOL if not hasattr(lm, a)]
-    if missing:
-        raise TypeError(
-            f"lm must be a language-model backend (e.g. smc.load_lm() or smc.ToyLM(...)); "
-            f"{type(lm).__name__} has no {', '.join(missing)}"
-        )
+    check_backend(lm)
 
 
 def available_memory_bytes() -> int | None:
@@ -81,7 +75,7 @@ def check_generate_args(
     sampler: Any,
     resampling: Any,
     seed: Any = None,
-    lm: Any = None,
+    lm: LMBackend | None = None,
     *,
     chat: Any = None,
     progress: Any = None,
@@ -105,7 +99,7 @@ def check_generate_args(
         raise TypeError(f"critic must be a function of a particle (or None), got {critic!r}")
 
 
-def prompt_ids_for(lm: Any, prompt: Prompt, chat: bool | None, max_tokens: int) -> list[int]:
+def prompt_ids_for(lm: LMBackend, prompt: Prompt, chat: bool | None, max_tokens: int) -> list[int]:
     """``encode_prompt(lm, prompt, chat)`` (text, messages or ids; the one prompt rule), checked
     so that len(ids) + max_tokens <= the model's context length."""
     ids = encode_prompt(lm, prompt, chat)
@@ -123,7 +117,7 @@ async def agenerate(
     prompt: Prompt,
     constraint: Potential | None = None,
     *,
-    lm: Any = None,
+    lm: LMBackend | None = None,
     particles: int = 16,
     max_tokens: int = 32,
     seed: int | None = 0,
@@ -166,7 +160,7 @@ def generate(
     prompt: Prompt,
     constraint: Potential | None = None,
     *,
-    lm: Any = None,
+    lm: LMBackend | None = None,
     particles: int = 16,
     max_tokens: int = 32,
     seed: int | None = 0,

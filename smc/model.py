@@ -26,7 +26,7 @@ import numpy as np
 
 from potentials.base import NEG_INF, BytePotential, Potential, logsumexp
 from samplers import SAMPLERS, Draw, TokenSampler
-from smc.backends.base import AsyncLM
+from smc.backends.base import LMBackend, check_backend, is_lm
 from smc.backends.prompts import Prompt, encode_prompt
 
 
@@ -38,13 +38,6 @@ class Shared:
 
     def __deepcopy__(self, memo: dict) -> "Shared":
         return self
-
-
-def is_lm(obj: Any) -> bool:
-    """True for LM backends (AsyncLM subclasses, or anything with the backend protocol's members)."""
-    return isinstance(obj, AsyncLM) or (
-        hasattr(obj, "vocab") and hasattr(obj, "eos_token_ids") and hasattr(obj, "next_token_logprobs")
-    )
 
 
 def _is_shared(obj: Any) -> bool:
@@ -129,7 +122,8 @@ class LMContext:
     ``tokens`` are the generated ids (EOS excluded); ``done`` turns True once EOS is sampled.
     """
 
-    def __init__(self, lm: Any, prompt: Prompt = "", *, chat: bool | None = None):
+    def __init__(self, lm: LMBackend, prompt: Prompt = "", *, chat: bool | None = None):
+        check_backend(lm)
         self.lm = lm
         self.prompt_ids = tuple(encode_prompt(lm, prompt, chat))
         self.tokens: list[int] = []
@@ -339,12 +333,12 @@ class ConstrainedGeneration(Model):
 
 
 # ---------------------------------------------------------------------------- helpers
-def decode(lm: Any, tokens: Sequence[int]) -> str:
+def decode(lm: LMBackend, tokens: Sequence[int]) -> str:
     """Text of ``tokens`` (invalid UTF-8, e.g. a character cut by max_tokens, becomes U+FFFD)."""
     return b"".join(lm.vocab[t] for t in tokens).decode("utf-8", errors="replace")
 
 
-def lift(constraint: Potential | None, lm: Any) -> Potential | None:
+def lift(constraint: Potential | None, lm: LMBackend) -> Potential | None:
     """A token-level potential for ``lm``: byte-level ones are lifted, token-level ones checked."""
     if constraint is None:
         return None

@@ -13,27 +13,45 @@ from typing import Callable
 import numpy as np
 
 
-def _pick(cdf_weights: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Index i with cumsum(w)[i-1] <= u < cumsum(w)[i] for each u (u sorted or not)."""
-    c = np.cumsum(cdf_weights)
-    idx = np.searchsorted(c, u * c[-1], side="right")
-    # u * c[-1] can round up to c[-1]; fall back to the last index of positive weight
-    return np.minimum(idx, np.flatnonzero(cdf_weights > 0)[-1])
+def inverse_cdf(weights: np.ndarray, u: float | np.ndarray) -> int | np.ndarray:
+    """Inverse-CDF draw: with C = cumsum(weights) and W = C[-1], the index i with
+
+        C[i-1] <= u W < C[i]        (C[-1] := 0),
+
+    for each u in [0, 1) (a float gives an int, an array of u an int64 array; u need not be
+    sorted). Where rounding puts u W at or past W, the last index of positive weight.
+
+    Args:
+        weights: non-negative, not all 0; need not be normalized.
+        u: uniform(s) in [0, 1).
+    """
+    weights = np.asarray(weights)
+    c = np.cumsum(weights)
+    # u W can round up to W, which leaves an index past the last positive weight; that index is
+    # looked up only then, as finding it costs a pass over the weights.
+    if np.ndim(u) == 0:  # one draw per call in the samplers: plain ints are several times faster
+        i = int(np.searchsorted(c, u * c[-1], side="right"))
+        return i if i < len(c) and weights[i] > 0 else int(np.flatnonzero(weights > 0)[-1])
+    idx = np.searchsorted(c, np.multiply(u, c[-1]), side="right")
+    past = (idx >= len(c)) | (weights[np.minimum(idx, len(c) - 1)] <= 0)
+    if np.any(past):
+        idx = np.where(past, np.flatnonzero(weights > 0)[-1], idx)
+    return idx
 
 
 def multinomial(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """a_k i.i.d. ~ Categorical(w), k = 1..n."""
-    return _pick(w, rng.random(n))
+    return inverse_cdf(w, rng.random(n))
 
 
 def stratified(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """a_k = F^-1((k + U_k) / n) with independent U_k ~ U[0, 1): one draw per stratum."""
-    return _pick(w, (np.arange(n) + rng.random(n)) / n)
+    return inverse_cdf(w, (np.arange(n) + rng.random(n)) / n)
 
 
 def systematic(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """a_k = F^-1((k + U) / n) with a single U ~ U[0, 1) shared by all strata."""
-    return _pick(w, (np.arange(n) + rng.random()) / n)
+    return inverse_cdf(w, (np.arange(n) + rng.random()) / n)
 
 
 def residual(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from potentials.base import NEG_INF, logsumexp
+from potentials.base import NEG_INF, logsumexp, normalized
 from smc.resampling import ess as _ess
+
+if TYPE_CHECKING:  # annotations only: importing it loads torch
+    from smc.backends.base import LMBackend
 
 
 def json_number(x: float) -> float | None:
-    """``x`` as a JSON number: None (null) where JSON has none, i.e. for -inf (a log weight of
-    zero weight) and NaN."""
-    return None if x == NEG_INF or math.isnan(x) else float(x)
+    """``x`` for JSON, which has no infinities or NaN: None (null) for -inf (a log weight of
+    zero weight) and any other non-finite value, else ``float(x)``."""
+    return float(x) if math.isfinite(x) else None
 
 
 @dataclass(frozen=True)
@@ -93,11 +96,7 @@ class Result:
     @property
     def weights(self) -> np.ndarray:
         """Normalized weights of the samples (finished ones only; zeros if none has weight)."""
-        lw = np.array([s.log_weight if s.finished else NEG_INF for s in self.samples], dtype=float)
-        total = logsumexp(lw)
-        if total == NEG_INF:
-            return np.zeros(len(lw))
-        return np.exp(lw - total)
+        return normalized([s.log_weight if s.finished else NEG_INF for s in self.samples])[0]
 
     @property
     def posterior(self) -> dict[str, float]:
@@ -210,7 +209,7 @@ class Result:
 
         return viz.plot(self, ax)
 
-    def to_html(self, path: Any, lm: Any = None) -> Any:
+    def to_html(self, path: Any, lm: LMBackend | None = None) -> Any:
         """Write the genealogy page to ``path`` and return it; ``lm`` decodes tokens (see smc.viz.save)."""
         from smc import viz
 

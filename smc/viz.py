@@ -17,48 +17,35 @@ markup), so a sample containing ``<script>`` shows up as those characters.
 
 from __future__ import annotations
 
+import functools
 import html as _html
 import json
-import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, logsumexp
-from smc.result import Result
+from potentials.base import NEG_INF, normalized
+from smc.result import Result, json_number
+
+if TYPE_CHECKING:  # annotations only: importing it loads torch
+    from smc.backends.base import LMBackend
 
 __all__ = ["genealogy", "plot", "to_html", "save"]
 
 
 # ---------------------------------------------------------------------------- data
-def _normalize(log_weights: Sequence[float]) -> list[float]:
-    lw = np.asarray(log_weights, dtype=float)
-    total = logsumexp(lw) if len(lw) else NEG_INF
-    if total == NEG_INF:
-        return [0.0] * len(lw)
-    return np.exp(lw - total).tolist()
-
-
-def _num(x: float) -> float | None:
-    """JSON has no infinities: -inf (weight 0) becomes null."""
-    return None if x == NEG_INF or math.isnan(x) else float(x)
-
-
-def _decoder(lm: Any):
+def _decoder(lm: LMBackend | None) -> Callable[[Sequence[int]], str] | None:
     if lm is None:
         return None
-    vocab = getattr(lm, "vocab", None)
-    if vocab is None:
+    if getattr(lm, "vocab", None) is None:
         raise TypeError(f"lm must have a .vocab (list of token byte strings), got {type(lm).__name__}")
+    from smc.model import decode  # imported here: it loads torch, which an LM has loaded already
 
-    def decode(ids: Sequence[int]) -> str:
-        return b"".join(vocab[t] for t in ids).decode("utf-8", errors="replace")
-
-    return decode
+    return functools.partial(decode, lm)
 
 
-def genealogy(result: Result, lm: Any = None) -> dict[str, Any]:
+def genealogy(result: Result, lm: LMBackend | None = None) -> dict[str, Any]:
     """The run as columns of nodes: one column per step, then one for the final samples.
 
     Node (t, i) is particle i after step t: the tokens it added at step t, its prefix (all its
@@ -85,14 +72,14 @@ def genealogy(result: Result, lm: Any = None) -> dict[str, Any]:
         if len(rec.tokens) != n or len(rec.log_weights) != n or len(rec.finished) != n:
             raise ValueError(f"step {rec.step} records {len(rec.tokens)} particles, the Result has {n}")
         prefixes = [prefixes[a] + tuple(t) for a, t in zip(carried, rec.tokens)]
-        wbar = _normalize(rec.log_weights)
+        wbar = normalized(rec.log_weights)[0].tolist()
         nodes = [
             {
                 "parent": carried[i],
                 "tokens": [int(t) for t in rec.tokens[i]],
                 "added": show(rec.tokens[i]),
                 "text": show(prefixes[i]),
-                "log_weight": _num(rec.log_weights[i]),
+                "log_weight": json_number(rec.log_weights[i]),
                 "weight": wbar[i],
                 "finished": bool(rec.finished[i]),
                 "dead": rec.log_weights[i] == NEG_INF,
@@ -117,7 +104,7 @@ def genealogy(result: Result, lm: Any = None) -> dict[str, Any]:
                     "tokens": [int(t) for t in s.token_ids],
                     "added": "",
                     "text": s.text,
-                    "log_weight": _num(s.log_weight),
+                    "log_weight": json_number(s.log_weight),
                     "weight": final_w[i],
                     "finished": bool(s.finished),
                     "dead": s.log_weight == NEG_INF,
@@ -128,7 +115,7 @@ def genealogy(result: Result, lm: Any = None) -> dict[str, Any]:
     )
     return {
         "particles": n,
-        "log_ml": _num(result.log_ml),
+        "log_ml": json_number(result.log_ml),
         "decoded": decode is not None,
         "posterior": [[t, p] for t, p in result.posterior.items()],
         "columns": columns,
@@ -215,7 +202,7 @@ def _json_for_script(data: Any) -> str:
     return s
 
 
-def to_html(result: Result, lm: Any = None, *, title: str = "SMC run") -> str:
+def to_html(result: Result, lm: LMBackend | None = None, *, title: str = "SMC run") -> str:
     """One self-contained HTML page (inline CSS, JS and SVG) showing the run's genealogy.
 
     Columns are steps, rows particles; lines join each particle to its parent, node area grows
@@ -232,7 +219,7 @@ def to_html(result: Result, lm: Any = None, *, title: str = "SMC run") -> str:
     )
 
 
-def save(result: Result, path: str | Path, lm: Any = None, *, title: str = "SMC run") -> Path:
+def save(result: Result, path: str | Path, lm: LMBackend | None = None, *, title: str = "SMC run") -> Path:
     """Write ``to_html(result, lm)`` to ``path`` (UTF-8) and return the path."""
     path = Path(path)
     path.write_text(to_html(result, lm, title=title), encoding="utf-8")

@@ -46,3 +46,28 @@ def test_ess():
     assert ess(np.array([0.0, -np.inf, -np.inf])) == pytest.approx(1.0)
     assert ess(np.full(3, -np.inf)) == 0.0
     assert ess(np.log([1.0, 3.0])) == pytest.approx(16 / 10)
+
+
+def test_inverse_cdf_picks_the_interval_of_u_and_never_a_zero_weight():
+    """i(u) satisfies C[i-1] <= u W < C[i] (C = cumsum(w), W = C[-1]); at the top end, where
+    u W rounds to W, the last positive index; a float u gives the int the array form gives."""
+    from smc.resampling import inverse_cdf
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        w = rng.random(int(rng.integers(1, 12))) * (rng.random() < 0.5 or 1e-300)
+        w[rng.random(len(w)) < 0.4] = 0.0
+        w = np.concatenate([w, [1e-3 if w.sum() == 0 else 0.0], np.zeros(int(rng.integers(0, 3)))])
+        u = np.concatenate([rng.random(40), [0.0, np.nextafter(1.0, 0.0)]])
+        got = inverse_cdf(w, u)
+        c = np.cumsum(w)
+        last = int(np.flatnonzero(w > 0)[-1])
+        for x, i in zip(u, got):
+            assert w[i] > 0
+            lo = c[i - 1] if i else 0.0
+            assert lo <= x * c[-1] < c[i] or (i == last and x * c[-1] >= c[i])
+        assert [inverse_cdf(w, float(x)) for x in u] == got.tolist()
+        assert all(type(inverse_cdf(w, float(x))) is int for x in u[:2])
+    # u W == W (what rounding of the product can give): the last positive index
+    w = np.array([0.2, 0.8, 0.0, 0.0])
+    assert inverse_cdf(w, 1.0) == 1 and inverse_cdf(w, np.array([1.0, 0.1])).tolist() == [1, 0]

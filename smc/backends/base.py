@@ -1,6 +1,7 @@
-"""The LM backend protocol and a small base class that validates requests.
+"""The LM backend contract (``LMBackend``), its check, the named counters, and a base class.
 
-A backend is anything with these members (a user can write their own, e.g. a toy LM):
+A backend is anything with the five members of ``LMBackend`` (``LM_MEMBERS``; a user can write
+their own, e.g. a toy LM):
 
     vocab: list[bytes]                       byte string of every token id, special tokens included
     eos_token_ids: list[int]                 ids that end a sequence
@@ -9,19 +10,31 @@ A backend is anything with these members (a user can write their own, e.g. a toy
                                              normalized (logsumexp == 0)
     async batch_next_token_logprobs(batch)   the same for many contexts: 2-D tensor, one row each
 
-Optional members that the rest of the library uses when present:
+Optional members (with the library's backends that have them); the library uses the first six
+when present, ``clear_cache`` and ``close`` are for the user:
 
-    special_token_ids: frozenset[int]        control tokens (other than EOS) that never stand for text;
-                                             lifted constraints give them weight 0
-    is_chat: bool                            the tokenizer has a chat template
-    encode_chat(text, system=None)           prompt ids with the model's chat template
-    stats: dict[str, int]                    named counters, at least ``COUNTERS`` (below)
-    async batch_next_token_dists(batch)      NextTokenDists: the rows and their CDFs, on the
-                                             backend's device (the population step's input; the
-                                             default derives it from batch_next_token_logprobs)
+    stats: dict[str, int]                    named counters, at least ``COUNTERS``   all three
+    special_token_ids: frozenset[int]        control tokens (other than EOS) that    all three
+                                             never stand for text; lifted
+                                             constraints give them weight 0
+    max_context: int | None                  longest context accepted                all three
+    async batch_next_token_dists(batch)      NextTokenDists: the rows and their      all three
+                                             CDFs on the backend's device (the
+                                             population step's input; without it
+                                             they are derived from
+                                             batch_next_token_logprobs)
+    is_chat: bool                            the tokenizer has a chat template       HF, vLLM
+    encode_chat(text, system=None)           prompt ids with the chat template       HF, vLLM
+    clear_cache()                            forget cached states and rows           HF
+    close()                                  release the engine (idempotent)         vLLM
 
-Counters. Every backend of this library keeps, in ``stats``, the counters named in ``COUNTERS``
-(more may follow them); the engine reports their change over a run in ``Result.stats``:
+``is_lm`` and ``check_backend`` test exactly ``LM_MEMBERS``; ``AsyncLM`` below supplies the
+batch method, ``batch_next_token_dists``, ``special_token_ids`` and ``max_context`` from
+``encode`` and one-context scoring.
+
+Counters. Every backend of this library (ToyLM, HF, vLLM) keeps, in ``stats``, the counters
+named in ``COUNTERS`` (more may follow them); the engine reports their change over a run in
+``Result.stats`` (``lm_requests``, ``lm_forward_passes``; a backend without ``stats`` counts 0):
 
     requests             contexts asked for (each row of a batch counts)
     cache_hits           requests answered from a cache without running the model
@@ -77,7 +90,7 @@ def dists_from_logprobs(logp: torch.Tensor) -> NextTokenDists:
     return NextTokenDists(logp, torch.cumsum(torch.exp(logp.to(wide)), dim=-1))
 
 
-async def next_token_dists(lm: Any, batch: Sequence[Sequence[int]]) -> NextTokenDists:
+async def next_token_dists(lm: LMBackend, batch: Sequence[Sequence[int]]) -> NextTokenDists:
     """``lm.batch_next_token_dists(batch)`` when the backend has it, else derived from
     ``lm.batch_next_token_logprobs`` (any object meeting the backend protocol)."""
     method = getattr(lm, "batch_next_token_dists", None)
@@ -89,6 +102,9 @@ async def next_token_dists(lm: Any, batch: Sequence[Sequence[int]]) -> NextToken
 
 @runtime_checkable
 class LMBackend(Protocol):
+    """The members every LM backend has (the module docstring says what each means, and lists
+    the optional ones). ``isinstance(x, LMBackend)`` tests that ``x`` has them all."""
+
     vocab: list[bytes]
     eos_token_ids: list[int]
 
@@ -99,11 +115,42 @@ class LMBackend(Protocol):
     async def batch_next_token_logprobs(self, batch: Sequence[Sequence[int]]) -> torch.Tensor: ...
 
 
+#: the names of ``LMBackend``'s members, in the order errors list them; the one list that
+#: ``is_lm`` and ``check_backend`` test (tests check it equals the Protocol's members)
+LM_MEMBERS = ("vocab", "eos_token_ids", "encode", "next_token_logprobs", "batch_next_token_logprobs")
+
+
+def missing_members(obj: Any) -> list[str]:
+    """The names in ``LM_MEMBERS`` that ``obj`` lacks (empty for a backend)."""
+    return [name for name in LM_MEMBERS if not hasattr(obj, name)]
+
+
+def is_lm(obj: Any) -> bool:
+    """Whether ``obj`` is an LM backend: it has every member of ``LM_MEMBERS``."""
+    return all(hasattr(obj, name) for name in LM_MEMBERS)
+
+
+def check_backend(obj: Any, what: str = "lm") -> None:
+    """TypeError naming the members of ``LM_MEMBERS`` that ``obj`` lacks, if any.
+
+    Args:
+        obj: the object passed as an LM backend.
+        what: the argument's name, for the message.
+    """
+    missing = missing_members(obj)
+    if missing:
+        raise TypeError(
+            f"{what} must be a language-model backend (e.g. smc.load_lm() or smc.ToyLM(...)); "
+            f"{type(obj).__name__} has no {', '.join(missing)}"
+        )
+
+
 class AsyncLM(ABC):
     """Base class for backends: request validation, decoding, and the batch method.
 
-    Subclasses set ``vocab`` and ``eos_token_ids`` and implement ``encode`` and
-    ``_next_token_logprobs`` (one context; may rely on concurrent calls being batched).
+    Subclasses set ``vocab``, ``eos_token_ids`` and ``stats`` (``new_counters()``, counted in
+    ``_next_token_logprobs``) and implement ``encode`` and ``_next_token_logprobs`` (one
+    context; may rely on concurrent calls being batched).
     """
 
     vocab: list[bytes]

@@ -31,7 +31,7 @@ from smc.backends.base import AsyncLM, NextTokenDists, new_counters
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
 from smc.backends.prompts import TokenizerPrompts
-from smc.backends.vocab import build_vocab
+from smc.backends.vocab import build_vocab, eos_ids
 
 
 @dataclass
@@ -107,11 +107,16 @@ class HFLM(TokenizerPrompts, AsyncLM):
         logit_rows = model.get_output_embeddings().weight.shape[0]
         vocab, special = build_vocab(tokenizer, min(len(tokenizer), logit_rows))
         self.vocab = vocab
-        self.eos_token_ids = self._find_eos(len(vocab))
+        self.eos_token_ids = eos_ids(
+            tokenizer,
+            len(vocab),
+            getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+            repr(getattr(model, "name_or_path", "") or type(model).__name__),
+        )
         self.special_token_ids = frozenset(special - set(self.eos_token_ids))
         self.max_context = self._find_max_context()
         self.stats = new_counters("batch_rows", "recomputed_positions")
-        self._pad_id = self.eos_token_ids[0] if self.eos_token_ids else 0
+        self._pad_id = self.eos_token_ids[0]
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._kv_shape = self._probe_kv_shape() if kv_cache is not False else None
         if kv_cache and self._kv_shape is None:
@@ -157,15 +162,6 @@ class HFLM(TokenizerPrompts, AsyncLM):
                 f"has no such model or cannot be reached (offline?). Cause: {e}"
             ) from e
         return cls(model.to(device), tokenizer, **kwargs)
-
-    def _find_eos(self, n: int) -> list[int]:
-        found: list[int] = []
-        gen = getattr(self.model, "generation_config", None)
-        for source in (getattr(gen, "eos_token_id", None), self.tokenizer.eos_token_id):
-            for i in [source] if isinstance(source, int) else (source or []):
-                if 0 <= i < n and i not in found:
-                    found.append(int(i))
-        return found
 
     def _find_max_context(self) -> int | None:
         config = self.model.config.get_text_config()

@@ -32,7 +32,7 @@ import torch
 
 from smc.backends.base import AsyncLM, new_counters
 from smc.backends.prompts import TokenizerPrompts
-from smc.backends.vocab import build_vocab
+from smc.backends.vocab import build_vocab, eos_ids
 
 #: KV-cache size on CPU when the caller sets none (vLLM's own default takes 92% of RAM).
 CPU_KV_CACHE_BYTES = 2 << 30
@@ -63,22 +63,14 @@ def _stop(holder: list, loop: asyncio.AbstractEventLoop, thread: threading.Threa
     gc.collect()
 
 
-def _eos_ids(model: str, tokenizer: Any, n: int) -> list[int]:
-    """EOS ids from the generation config (when the model has one), then the tokenizer's."""
+def _generation_eos(model: str) -> int | list[int] | None:
+    """``eos_token_id`` of the model's generation config, None when it has none."""
     from transformers import GenerationConfig
 
     try:
-        gen_eos = GenerationConfig.from_pretrained(model).eos_token_id
+        return GenerationConfig.from_pretrained(model).eos_token_id
     except OSError:
-        gen_eos = None
-    found: list[int] = []
-    for source in (gen_eos, tokenizer.eos_token_id):
-        for i in [source] if isinstance(source, int) else (source or []):
-            if 0 <= i < n and i not in found:
-                found.append(int(i))
-    if not found:
-        raise ValueError(f"model {model!r} names no EOS token (generation config or tokenizer)")
-    return found
+        return None
 
 
 class VLLMBackend(TokenizerPrompts, AsyncLM):
@@ -105,7 +97,9 @@ class VLLMBackend(TokenizerPrompts, AsyncLM):
         model_config = vllm_config.model_config
         self.tokenizer = tokenizer
         self.vocab, special = build_vocab(tokenizer, model_config.get_vocab_size())
-        self.eos_token_ids = _eos_ids(model_config.model, tokenizer, len(self.vocab))
+        self.eos_token_ids = eos_ids(
+            tokenizer, len(self.vocab), _generation_eos(model_config.model), repr(model_config.model)
+        )
         self.special_token_ids = frozenset(special - set(self.eos_token_ids))
         # Each request generates one token, which needs one free position.
         self.max_context = model_config.max_model_len - 1

@@ -1,4 +1,4 @@
-"""Byte strings of a Hugging Face tokenizer's tokens.
+"""Byte strings of a Hugging Face tokenizer's tokens, and its EOS ids.
 
 For every token id i, ``vocab[i]`` is the bytes the token stands for, so that for ordinary text
 ``b"".join(vocab[i] for i in tokenizer.encode(text)) == text.encode()``. Three encodings occur:
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 _SPACE_PIECE = "\u2581"
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -135,3 +135,39 @@ def build_vocab(tokenizer: Any, size: int | None = None) -> tuple[list[bytes], s
             special.add(int(i))
     return vocab, special
 
+
+
+def eos_ids(tokenizer: Any, size: int, generation_eos: int | Sequence[int] | None = None,
+            name: str = "the model") -> list[int]:
+    """The ids that end a sequence, for the HF and vLLM backends.
+
+        E = generation_eos, then tokenizer.eos_token_id   (each None, an id, or a list of ids)
+
+    in that order, keeping the first occurrence of each id in [0, size) (an id past the model's
+    output rows can never be drawn).
+
+    Args:
+        tokenizer: a transformers tokenizer (anything with ``eos_token_id``).
+        size: the vocabulary size (number of output rows).
+        generation_eos: ``eos_token_id`` of the model's generation config, when it has one: it
+            names the end-of-turn tokens of chat models, which the tokenizer may not.
+        name: the model, for the error message.
+
+    Raises:
+        ValueError: when no id in [0, size) is named (generation could never end).
+        TypeError: when an entry is not an integer id.
+    """
+    found: list[int] = []
+    for source in (generation_eos, getattr(tokenizer, "eos_token_id", None)):
+        for i in [] if source is None else [source] if isinstance(source, int) else source:
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise TypeError(f"eos_token_id must be an integer id or a list of them, got {i!r}")
+            if 0 <= i < size and i not in found:
+                found.append(i)
+    if not found:
+        raise ValueError(
+            f"{name} names no EOS token id below its vocabulary size {size} "
+            f"(generation config: {generation_eos!r}, tokenizer: "
+            f"{getattr(tokenizer, 'eos_token_id', None)!r})"
+        )
+    return found
