@@ -20,9 +20,12 @@ and ``encode_prompt(lm, prompt, chat)`` turns it into the token ids the LM is co
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from smc.backends.base import LMBackend
 
 #: a prompt: text, chat messages, or token ids (see the module docstring)
 Prompt = Union[str, Sequence[Mapping[str, str]], Sequence[int]]
@@ -105,7 +108,7 @@ def prompt_kind(prompt: Any, name: str = "prompt") -> str:
     return "ids"
 
 
-def encode_prompt(lm: Any, prompt: Prompt, chat: bool | None = None) -> list[int]:
+def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> list[int]:
     """The token ids ``lm`` is conditioned on for ``prompt`` (the rule in the module docstring).
 
     Args:
@@ -172,7 +175,7 @@ def encode_prompt(lm: Any, prompt: Prompt, chat: bool | None = None) -> list[int
     return ids
 
 
-def _check_empty_ok(lm: Any) -> None:
+def _check_empty_ok(lm: LMBackend) -> None:
     """ValueError when ``lm`` rejects the empty context (its own ``check_ids`` says so)."""
     check = getattr(lm, "check_ids", None)
     if check is None:
