@@ -140,6 +140,7 @@ class JSONSchema(BytePotential[JSONState]):
             kwargs["registry"] = registry
         self.schema = schema
         self.whitespace = whitespace
+        self.registry = registry
         self.draft = draft
         self.validator = cls(stripped, **kwargs)
 
@@ -164,6 +165,11 @@ class JSONSchema(BytePotential[JSONState]):
 
     def __repr__(self) -> str:
         return f"JSONSchema({self.schema!r}, whitespace={self.whitespace!r})"
+
+    def __reduce__(self) -> tuple:
+        # pickled as its arguments (a checkpoint stores the constraint): the compiled validators
+        # are local classes that pickle cannot name, and compiling again gives the same potential
+        return (type(self), (self.schema, self.whitespace, self.registry))
 
     def initial(self) -> JSONState:
         return self._initial

@@ -12,13 +12,16 @@ log p(value), ``condition(False)`` scores -inf and ``score`` adds a log weight d
 particle's next step and when it finishes, so final weights are untwisted.
 
 LMs, potentials and samplers are shared by all particles: cloning a particle deep-copies its
-state but never those.
+state but never those (the sharing rule, ``is_shared``, below).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import types
+import warnings
+import weakref
 from abc import ABC, abstractmethod
 from typing import Any, Iterator, Sequence
 
@@ -29,14 +32,26 @@ from samplers import SAMPLERS, Draw, TokenSampler
 from smc.backends.base import AsyncLM
 
 
+# ---------------------------------------------------------------------------- sharing
+# The one sharing rule. An object is *shared* by all particles when it is an LM backend or its
+# class declares ``shared_by_particles = True`` (AsyncLM, Potential, TokenSampler and Shared do,
+# once, in their base classes). Cloning a particle (``clone_state``) keeps every shared object it
+# reaches, at any depth, and deep-copies everything else; a checkpoint (smc.checkpoint) names
+# every shared object by its attribute path instead of pickling it, and ``resume`` binds the
+# names again from ``lm=`` and ``shared={name: object}``.
+
+
 class Shared:
-    """A container whose contents are shared, not copied, when particles are cloned."""
+    """A container whose contents all particles share: ``Shared(table=t).table is t`` in every
+    clone, and a checkpoint names it (by its attribute path) instead of pickling it.
+
+    To make a class of your own shared, declare ``shared_by_particles = True`` on it instead.
+    """
+
+    shared_by_particles = True
 
     def __init__(self, **items: Any):
         self.__dict__.update(items)
-
-    def __deepcopy__(self, memo: dict) -> "Shared":
-        return self
 
 
 def is_lm(obj: Any) -> bool:
@@ -46,8 +61,126 @@ def is_lm(obj: Any) -> bool:
     )
 
 
+def is_shared(obj: Any) -> bool:
+    """The sharing rule: ``obj`` is an LM backend, or its class declares ``shared_by_particles = True``."""
+    return getattr(type(obj), "shared_by_particles", False) is True or is_lm(obj)
+
+
+#: values that are their own copy (as copy.deepcopy treats them)
+_ATOMIC = frozenset({
+    type(None), bool, int, float, complex, str, bytes, range, type, type(Ellipsis),
+    types.FunctionType, types.BuiltinFunctionType, types.MethodType, weakref.ref,
+})
+_MISSING = object()
+#: per class: does copy.deepcopy copy its instances attribute by attribute (default protocol)?
+_PLAIN: dict[type, bool] = {}
+
+
+def _is_plain(t: type) -> bool:
+    plain = _PLAIN.get(t)
+    if plain is None:
+        plain = (
+            not hasattr(t, "__deepcopy__")
+            and t.__reduce_ex__ is object.__reduce_ex__
+            and t.__reduce__ is object.__reduce__
+            and t.__getstate__ is object.__getstate__
+            and not hasattr(t, "__setstate__")
+            and all("__slots__" not in vars(k) for k in t.__mro__[:-1])
+            and hasattr(t, "__dict__")
+        )
+        _PLAIN[t] = plain
+    return plain
+
+
+def clone_state(obj: Any, memo: dict[int, Any] | None = None) -> Any:
+    """copy.deepcopy(obj), except that every shared object it reaches (``is_shared``) is kept.
+
+    Lists, dicts, tuples, sets and plain objects are copied here (fast: program state is mostly
+    these); anything else goes to copy.deepcopy with the shared objects inside it registered in
+    its memo first, so the rule holds at every depth.
+    """
+    return _clone(obj, {} if memo is None else memo)
+
+
+def _clone(x: Any, memo: dict[int, Any]) -> Any:
+    t = type(x)
+    if t in _ATOMIC:
+        return x
+    y = memo.get(id(x), _MISSING)
+    if y is not _MISSING:
+        return y
+    if is_shared(x):
+        memo[id(x)] = x
+        return x
+    if t is list:
+        if _ATOMIC.issuperset(map(type, x)):  # e.g. token ids: a plain copy
+            y = memo[id(x)] = x.copy()
+        else:
+            y = memo[id(x)] = []
+            y.extend(v if type(v) in _ATOMIC else _clone(v, memo) for v in x)
+    elif t is dict:
+        y = memo[id(x)] = {}
+        for k, v in x.items():
+            y[_clone(k, memo)] = _clone(v, memo)
+    elif t is tuple:
+        items = [_clone(v, memo) for v in x]
+        y = x if all(a is b for a, b in zip(items, x)) else tuple(items)
+        memo[id(x)] = y
+    elif t is set or t is frozenset:
+        y = memo[id(x)] = t(_clone(v, memo) for v in x)
+    elif _is_plain(t):
+        y = memo[id(x)] = t.__new__(t)
+        d = y.__dict__
+        for k, v in x.__dict__.items():
+            d[k] = v if type(v) in _ATOMIC else _clone(v, memo)
+    else:
+        for s in _shared_inside(x):
+            memo[id(s)] = s
+        y = copy.deepcopy(x, memo)
+    return y
+
+
+def _children(x: Any) -> list[tuple[str, Any]]:
+    """(path suffix, child) for the members of ``x`` that a copy or a pickle of it visits."""
+    if isinstance(x, dict):
+        return [(f"[{k!r}]", v) for k, v in x.items()] + [(f"<key {k!r}>", k) for k in x if type(k) not in _ATOMIC]
+    if isinstance(x, (list, tuple)):
+        return [(f"[{i}]", v) for i, v in enumerate(x)]
+    if isinstance(x, (set, frozenset)):
+        return [(f"<{v!r}>", v) for v in x]
+    out = [(f".{k}", v) for k, v in getattr(x, "__dict__", {}).items()]
+    for k in type(x).__mro__:
+        for name in vars(k).get("__slots__", ()):
+            if name not in ("__dict__", "__weakref__") and hasattr(x, name):
+                out.append((f".{name}", getattr(x, name)))
+    return out
+
+
+def shared_paths(root: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, object) for every shared object reachable from ``root`` without passing through
+    another shared object, each once, at the first path found breadth-first (e.g. "context.lm")."""
+    seen: set[int] = set()
+    queue = [(prefix, root)]
+    while queue:
+        nxt = []
+        for path, x in queue:
+            if type(x) in _ATOMIC or id(x) in seen:
+                continue
+            seen.add(id(x))
+            if is_shared(x):
+                yield path, x
+                continue
+            nxt.extend((f"{path}{suffix}".lstrip("."), c) for suffix, c in _children(x))
+        queue = nxt
+
+
+def _shared_inside(x: Any) -> Iterator[Any]:
+    return (obj for _, obj in shared_paths(x))
+
+
 def _is_shared(obj: Any) -> bool:
-    return isinstance(obj, (Potential, TokenSampler, Shared, np.random.Generator)) or is_lm(obj)
+    warnings.warn("smc.model._is_shared is now smc.model.is_shared", DeprecationWarning, stacklevel=2)
+    return is_shared(obj)
 
 
 def reachable(obj: Any, max_depth: int = 8) -> Iterator[Any]:
@@ -114,6 +247,18 @@ def Bernoulli(p: float) -> Categorical:
     return Categorical([True, False], [p, 1.0 - p])
 
 
+class SamplerCache(dict):
+    """(id(constraint), sampler name) -> (constraint, sampler): the token samplers an LMContext
+    built, shared by all its clones. A checkpoint stores it empty (``rebuilt_on_resume``): after
+    a resume each sampler is built again, from the LM and the constraint, on first use."""
+
+    shared_by_particles = True
+    rebuilt_on_resume = True
+
+    def __reduce__(self) -> tuple:
+        return (SamplerCache, ())
+
+
 class LMContext:
     """A prompt plus the tokens generated after it, for one LM.
 
@@ -130,7 +275,7 @@ class LMContext:
         self.prompt_ids = tuple(encode_prompt(lm, prompt, chat) if isinstance(prompt, str) else prompt)
         self.tokens: list[int] = []
         self.done = False
-        self._shared = Shared(samplers={})
+        self._samplers = SamplerCache()
 
     def next_token(self, constraint: Potential | None = None, sampler: str = "direct") -> "TokenDist":
         """The next-token distribution p(. | prompt + tokens), times ``constraint``'s weights.
@@ -142,7 +287,7 @@ class LMContext:
 
     def _sampler(self, constraint: Potential | None, name: str) -> TokenSampler:
         key = (id(constraint), name)
-        cache = self._shared.samplers
+        cache = self._samplers
         if key not in cache:
             if name not in SAMPLERS:
                 raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
@@ -273,9 +418,9 @@ class Model:
         return tuple(self.token_ids()[k:])
 
     def clone(self) -> "Model":
-        """Deep copy of the particle's state, sharing LMs, potentials and samplers."""
-        memo = {id(x): x for x in reachable(self) if _is_shared(x)}
-        return copy.deepcopy(self, memo)
+        """A new particle with a deep copy of this one's state that keeps every shared object
+        (LMs, potentials, samplers, ``Shared`` containers: see ``is_shared``)."""
+        return clone_state(self)
 
 
 class ConstrainedGeneration(Model):
@@ -327,11 +472,6 @@ class ConstrainedGeneration(Model):
 
     def text(self) -> str:
         return decode(self.sampler.lm, self.tokens)
-
-    def clone(self) -> "ConstrainedGeneration":
-        new = copy.copy(self)
-        new.tokens = list(self.tokens)
-        return new
 
 
 # ---------------------------------------------------------------------------- helpers
