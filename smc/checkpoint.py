@@ -36,6 +36,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from smc.engine import Counters, Critic, Run, advance
 from smc.model import _ATOMIC, _children, is_lm, is_shared, shared_paths
 from smc.result import Result
@@ -241,6 +243,13 @@ class CheckpointWriter:
                     "declare it shared (a class attribute shared_by_particles = True, or wrap it "
                     "in smc.model.Shared(...)) and pass it again to resume(..., shared={...})"
                 )
+            try:
+                _dumps(p, ids, records)
+            except Exception as cause:  # noqa: BLE001
+                return CheckpointError(
+                    f"cannot checkpoint the run: particle {i} ({type(p).__qualname__}) cannot be "
+                    f"pickled: {cause}. A program's class must be defined at module level"
+                )
         return CheckpointError(f"cannot checkpoint the run: its state cannot be pickled: {err}")
 
 
@@ -364,8 +373,6 @@ async def aresume(
             f"cannot load the particles of {str(path)!r}: {type(err).__name__}: {err} (a program's "
             "class must be importable under the name it had when the run was written)"
         ) from None
-    import numpy as np
-
     bit_generator = getattr(np.random, state["rng"]["bit_generator"])()
     bit_generator.state = state["rng"]
     run = Run(state["pop"], np.random.Generator(bit_generator), settings, state["history"],
@@ -373,8 +380,6 @@ async def aresume(
     writer = None
     target = path if checkpoint is _SAME else checkpoint
     if target is not None:
-        from smc.checkpoint import CheckpointWriter
-
         info = None if gen is None else dict(gen)
         writer = CheckpointWriter(target, info, constraint_bytes=constraint_bytes if info else None)
     result = await advance(run, Counters(run.pop), critic=critic, progress=progress, writer=writer)

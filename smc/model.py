@@ -63,7 +63,8 @@ def is_lm(obj: Any) -> bool:
 
 def is_shared(obj: Any) -> bool:
     """The sharing rule: ``obj`` is an LM backend, or its class declares ``shared_by_particles = True``."""
-    return getattr(type(obj), "shared_by_particles", False) is True or is_lm(obj)
+    how = _HOW.get(type(obj)) or _classify(type(obj))
+    return how == "shared" or (how[0] == "?" and is_lm(obj))
 
 
 #: values that are their own copy (as copy.deepcopy treats them)
@@ -72,15 +73,20 @@ _ATOMIC = frozenset({
     types.FunctionType, types.BuiltinFunctionType, types.MethodType, weakref.ref,
 })
 _MISSING = object()
-#: per class: does copy.deepcopy copy its instances attribute by attribute (default protocol)?
-_PLAIN: dict[type, bool] = {}
+#: per class, how clone_state copies its instances: "shared" (kept), "plain" (attribute by
+#: attribute: copy.deepcopy's default protocol), "deepcopy" (a protocol of its own), or "?plain"
+#: / "?deepcopy" when only the instance can tell whether it is an LM (protocol members set in
+#: __init__); classes are classified once, when first met
+_HOW: dict[type, str] = {}
 
 
-def _is_plain(t: type) -> bool:
-    plain = _PLAIN.get(t)
-    if plain is None:
+def _classify(t: type) -> str:
+    if getattr(t, "shared_by_particles", False) is True or issubclass(t, AsyncLM):
+        how = "shared"
+    else:
         plain = (
-            not hasattr(t, "__deepcopy__")
+            all(k.__module__ != "builtins" for k in t.__mro__[:-1])  # not a dict, list, ... subclass
+            and not hasattr(t, "__deepcopy__")
             and t.__reduce_ex__ is object.__reduce_ex__
             and t.__reduce__ is object.__reduce__
             and t.__getstate__ is object.__getstate__
@@ -88,8 +94,11 @@ def _is_plain(t: type) -> bool:
             and all("__slots__" not in vars(k) for k in t.__mro__[:-1])
             and hasattr(t, "__dict__")
         )
-        _PLAIN[t] = plain
-    return plain
+        how = "plain" if plain else "deepcopy"
+        if hasattr(t, "next_token_logprobs"):  # an LM by the protocol, if it has vocab and EOS ids
+            how = "?" + how
+    _HOW[t] = how
+    return how
 
 
 def clone_state(obj: Any, memo: dict[int, Any] | None = None) -> Any:
@@ -109,46 +118,52 @@ def _clone(x: Any, memo: dict[int, Any]) -> Any:
     y = memo.get(id(x), _MISSING)
     if y is not _MISSING:
         return y
-    if is_shared(x):
-        memo[id(x)] = x
-        return x
     if t is list:
         if _ATOMIC.issuperset(map(type, x)):  # e.g. token ids: a plain copy
             y = memo[id(x)] = x.copy()
         else:
             y = memo[id(x)] = []
             y.extend(v if type(v) in _ATOMIC else _clone(v, memo) for v in x)
-    elif t is dict:
+        return y
+    if t is dict:
         y = memo[id(x)] = {}
         for k, v in x.items():
             y[_clone(k, memo)] = _clone(v, memo)
-    elif t is tuple:
+        return y
+    if t is tuple:
         items = [_clone(v, memo) for v in x]
-        y = x if all(a is b for a, b in zip(items, x)) else tuple(items)
-        memo[id(x)] = y
-    elif t is set or t is frozenset:
+        y = memo[id(x)] = x if all(a is b for a, b in zip(items, x)) else tuple(items)
+        return y
+    if t is set or t is frozenset:
         y = memo[id(x)] = t(_clone(v, memo) for v in x)
-    elif _is_plain(t):
+        return y
+    how = _HOW.get(t) or _classify(t)
+    if how == "shared" or (how[0] == "?" and is_lm(x)):
+        memo[id(x)] = x
+        return x
+    if how[-5:] == "plain":
         y = memo[id(x)] = t.__new__(t)
         d = y.__dict__
         for k, v in x.__dict__.items():
             d[k] = v if type(v) in _ATOMIC else _clone(v, memo)
-    else:
-        for s in _shared_inside(x):
-            memo[id(s)] = s
-        y = copy.deepcopy(x, memo)
-    return y
+        return y
+    for s in _shared_inside(x):
+        memo[id(s)] = s
+    return copy.deepcopy(x, memo)
 
 
 def _children(x: Any) -> list[tuple[str, Any]]:
-    """(path suffix, child) for the members of ``x`` that a copy or a pickle of it visits."""
+    """(path suffix, child) for the members of ``x`` that a copy or a pickle of it visits: a
+    container's items, then its attributes (``__dict__`` and ``__slots__``)."""
     if isinstance(x, dict):
-        return [(f"[{k!r}]", v) for k, v in x.items()] + [(f"<key {k!r}>", k) for k in x if type(k) not in _ATOMIC]
-    if isinstance(x, (list, tuple)):
-        return [(f"[{i}]", v) for i, v in enumerate(x)]
-    if isinstance(x, (set, frozenset)):
-        return [(f"<{v!r}>", v) for v in x]
-    out = [(f".{k}", v) for k, v in getattr(x, "__dict__", {}).items()]
+        out = [(f"[{k!r}]", v) for k, v in x.items()] + [(f"<key {k!r}>", k) for k in x if type(k) not in _ATOMIC]
+    elif isinstance(x, (list, tuple)):
+        out = [(f"[{i}]", v) for i, v in enumerate(x)]
+    elif isinstance(x, (set, frozenset)):
+        out = [(f"<{v!r}>", v) for v in x]
+    else:
+        out = []
+    out += [(f".{k}", v) for k, v in getattr(x, "__dict__", {}).items()]
     for k in type(x).__mro__:
         for name in vars(k).get("__slots__", ()):
             if name not in ("__dict__", "__weakref__") and hasattr(x, name):

@@ -108,6 +108,25 @@ def test_objects_with_their_own_copy_protocol_keep_shared_members():
     assert c is not s and c.lm is s.lm and c.xs == [1] and c.xs is not s.xs
 
 
+class Counts(dict):
+    pass
+
+
+class Items(list):
+    def __init__(self, xs):
+        super().__init__(xs)
+        self.note = [make_lm()]
+
+
+def test_subclasses_of_containers_are_copied_whole():
+    lm = make_lm()
+    state = [Counts(a=[1], lm=lm), Items([lm, [2]])]
+    c = clone_state(state)
+    assert type(c[0]) is Counts and c[0] == {"a": [1], "lm": lm} and c[0]["lm"] is lm
+    assert type(c[1]) is Items and c[1][0] is lm and c[1][1] == [2]
+    assert c[1].note is not state[1].note and c[1].note[0] is state[1].note[0]
+
+
 def test_private_is_shared_name_warns():
     from smc.model import _is_shared
 
@@ -334,3 +353,11 @@ def test_a_killed_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
         ck.CheckpointWriter(path).write(run, 0.0)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
+async def test_a_program_class_pickle_cannot_name_is_refused(tmp_path):
+    class Local(Words):  # defined in a function: pickle cannot import it again
+        pass
+
+    with pytest.raises(CheckpointError, match=r"particle 0 \(.*Local\) cannot be pickled.*module level"):
+        await smc.smc(Local(make_lm(), CONSTRAINT, 3), 2, progress=False, checkpoint=tmp_path / "l.ckpt")
