@@ -6,8 +6,6 @@ here returns exactly, bit for bit, the Result of the uninterrupted run with the 
 
 from __future__ import annotations
 
-import asyncio
-import copy
 import json
 import math
 import os
@@ -26,7 +24,7 @@ import smc.checkpoint as ck
 from checkpoint_programs import CONSTRAINT, Words, make_lm
 from potentials import JSONSchema, Predicate, Regex
 from smc.checkpoint import CheckpointError, read_header
-from smc.model import ConstrainedGeneration, LMContext, Model, Shared, clone_state, is_shared
+from smc.model import ConstrainedGeneration, Shared, clone_state, is_shared
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
