@@ -158,6 +158,10 @@ async def agenerate(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
         chat=chat, progress=progress, critic=critic,
     )
+    if checkpoint is not None:  # a bad path is refused before the LM loads
+        from smc.checkpoint import check_path
+
+        check_path(checkpoint)
     if lm is None:
         from smc.loading import load_lm
 

@@ -329,6 +329,8 @@ async def test_resume_names_missing_extra_and_mismatched_shared_objects(tmp_path
 
 
 def test_bad_checkpoint_path_and_unpicklable_constraint(tmp_path):
+    with pytest.raises(ValueError, match="directory .* does not exist"):  # before loading a model
+        smc.generate("", CONSTRAINT, particles=2, max_tokens=2, checkpoint=tmp_path / "no" / "x")
     with pytest.raises(ValueError, match="directory .* does not exist"):
         smc.generate("", CONSTRAINT, lm=make_lm(), particles=2, max_tokens=2, checkpoint=tmp_path / "no" / "x")
     with pytest.raises(TypeError, match="checkpoint must be a file path"):
