@@ -37,6 +37,10 @@ Context = Any  # bytes for byte-level potentials, tuple[int, ...] for token-leve
 class Potential(ABC):
     """A weight on sequences, queried by prefix, by completion, and by next symbol."""
 
+    #: shared by all particles of an SMC run: never copied when a particle is cloned, and named
+    #: (not pickled) in a checkpoint's particles (smc.model.is_shared)
+    shared_by_particles = True
+
     #: length of the ``logw_next`` vector
     size: int
     #: positions in that vector which stand for EOS

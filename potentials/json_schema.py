@@ -155,6 +155,7 @@ class JSONSchema(BytePotential[JSONState]):
             kwargs["registry"] = registry
         self.schema = schema
         self.whitespace = whitespace
+        self.registry = registry
         self.draft = draft
         self.validator = cls(stripped, **kwargs)
 
@@ -206,6 +207,11 @@ class JSONSchema(BytePotential[JSONState]):
         if not self.accepts_state(state):
             raise ValueError(f"document is not valid under the schema: {_clip(data)}")
         return value
+
+    def __reduce__(self) -> tuple:
+        # pickled as its arguments (a checkpoint stores the constraint): the compiled validators
+        # are local classes that pickle cannot name, and compiling again gives the same potential
+        return (type(self), (self.schema, self.whitespace, self.registry))
 
     def initial(self) -> JSONState:
         return self._initial

@@ -135,6 +135,10 @@ class TokenSampler(ABC):
     Samplers are shared by all particles and never copied when particles are.
     """
 
+    #: the sharing rule (smc.model.is_shared): clones of a particle keep the same sampler, and a
+    #: checkpoint names it instead of pickling it
+    shared_by_particles = True
+
     def __init__(self, lm: LMBackend, potential: Potential | None = None, prompt_ids: Prompt = ()):
         check_backend(lm)
         n = len(lm.vocab)
@@ -154,9 +158,6 @@ class TokenSampler(ABC):
         self.prompt_ids = () if empty else tuple(encode_prompt(lm, prompt_ids))
         self.eos_ids = tuple(int(i) for i in lm.eos_token_ids)
         self.stats = {"steps": 0, "checks": 0, "full_evaluations": 0}
-
-    def __deepcopy__(self, memo: dict) -> "TokenSampler":
-        return self  # shared by all particles
 
     async def lm_logprobs(self, ctx: Sequence[int]) -> np.ndarray:
         """log p(. | prompt + ctx) as float64."""

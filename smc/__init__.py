@@ -27,6 +27,9 @@ _EXPORTS = {
     "smc": "smc.engine",
     "generate": "smc.generation",
     "agenerate": "smc.generation",
+    "resume": "smc.checkpoint",
+    "aresume": "smc.checkpoint",
+    "CheckpointError": "smc.checkpoint",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import os
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
@@ -93,6 +94,38 @@ def _delta(before: list[dict], objs: list[Any]) -> list[dict[str, float]]:
     return [{k: a[k] - b.get(k, 0) for k in a} for a, b in zip(after, before)]
 
 
+class Run:
+    """The state of an SMC run between two steps: everything a checkpoint stores.
+
+    ``pop`` the particles, ``rng`` the run's Generator (all randomness of later steps comes from
+    it), ``history`` the StepRecords so far, ``step`` the number of steps done, ``settings`` the
+    arguments that shape later steps, ``elapsed_s`` wall time spent before this process took over.
+    """
+
+    def __init__(self, pop: list[Model], rng: np.random.Generator, settings: dict[str, Any],
+                 history: list[StepRecord] | None = None, step: int = 0, elapsed_s: float = 0.0):
+        self.pop, self.rng, self.settings = pop, rng, settings
+        self.history = [] if history is None else history
+        self.step, self.elapsed_s = step, elapsed_s
+
+
+class Counters:
+    """Backend and sampler counters of the objects reachable from some particles, read before
+    a run (or a resumed part of one) so that its stats report only its own work."""
+
+    def __init__(self, roots: Iterable[Any]):
+        objs: list[Any] = []
+        seen: set[int] = set()
+        for root in roots:
+            for o in reachable(root):
+                if id(o) not in seen:
+                    seen.add(id(o))
+                    objs.append(o)
+        self.lms = [o for o in objs if is_lm(o)]
+        self.counted = [o for o in objs if isinstance(o, (TokenSampler, Potential)) and hasattr(o, "stats")]
+        self.before_lm, self.before_cnt = _counters(self.lms), _counters(self.counted)
+
+
 async def smc(
     model: Model,
     particles: int = 16,
@@ -104,6 +137,8 @@ async def smc(
     max_steps: int | None = None,
     progress: bool | None = None,
     progress_total: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    _checkpoint_info: dict[str, Any] | None = None,
 ) -> Result:
     """Run SMC on ``particles`` copies of ``model`` (see the module docstring).
 
@@ -118,27 +153,56 @@ async def smc(
         max_steps: stop after this many steps; unfinished particles then count as weight 0.
         progress: tqdm bar (None: shown only once the run has lasted 2 s; False: never).
         progress_total: length of the bar (default max_steps).
+        checkpoint: a file to which the run's state is written, atomically, after the
+            particles start and after every step; ``smc.resume(checkpoint, lm=...)`` continues
+            the run from it with exactly the result the uninterrupted run gives
+            (docs/checkpoint.md). A particle that cannot be pickled is refused before step 1.
     """
     check_smc_args(particles, ess_threshold, resampling, seed)
-    scheme = get_scheme(resampling)
-    n = int(particles)
-    rng = np.random.default_rng(seed)
-    objs = list(reachable(model))
-    lms = [o for o in objs if is_lm(o)]
-    counted = [o for o in objs if isinstance(o, (TokenSampler, Potential)) and hasattr(o, "stats")]
-    before_lm, before_cnt = _counters(lms), _counters(counted)
-    t0 = time.perf_counter()
+    get_scheme(resampling)
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
+        raise ValueError(f"max_steps must be an integer >= 0 or None, got {max_steps!r}")
+    writer = None
+    if checkpoint is not None:
+        from smc.checkpoint import CheckpointWriter
 
-    pop = [model.clone() for _ in range(n)]
-    await run_all(p.start() for p in pop)
-    history: list[StepRecord] = []
+        writer = CheckpointWriter(checkpoint, _checkpoint_info)
+    n = int(particles)
+    settings = dict(particles=n, ess_threshold=float(ess_threshold), resampling=resampling, seed=seed,
+                    max_steps=max_steps, progress_total=progress_total, critic=critic is not None)
+    counters = Counters([model])
+    t0 = time.perf_counter()
+    run = Run([model.clone() for _ in range(n)], np.random.default_rng(seed), settings)
+    await run_all(p.start() for p in run.pop)
+    if writer is not None:
+        writer.write(run, time.perf_counter() - t0)
+    return await advance(run, counters, critic=critic, progress=progress, writer=writer, t0=t0)
+
+
+async def advance(
+    run: Run,
+    counters: Counters,
+    *,
+    critic: Critic | None,
+    progress: bool | None,
+    writer: Any = None,
+    t0: float | None = None,
+) -> Result:
+    """Step ``run`` until no live unfinished particle remains (or ``max_steps``), writing a
+    checkpoint after each step when ``writer`` is given; then the Result of the whole run."""
+    t0 = time.perf_counter() if t0 is None else t0
+    cfg = run.settings
+    n, ess_threshold, max_steps = cfg["particles"], cfg["ess_threshold"], cfg["max_steps"]
+    scheme = get_scheme(cfg["resampling"])
+    rng, pop, history = run.rng, run.pop, run.history
     bar = None
     if progress is not False:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=progress_total or max_steps, delay=0 if progress else 2.0, unit="step", leave=False)
+        bar = tqdm(total=cfg["progress_total"] or max_steps, initial=run.step, delay=0 if progress else 2.0,
+                   unit="step", leave=False)
     try:
-        step = 0
+        step = run.step
         while max_steps is None or step < max_steps:
             live = [i for i, p in enumerate(pop) if not p.finished and p.weight > NEG_INF]
             if not live:
@@ -177,9 +241,12 @@ async def smc(
                     used.add(int(a))
                 for p in new:
                     p.weight = mean
-                pop = new
+                pop = run.pop = new
                 record["ancestors"] = [int(a) for a in ancestors]
             history.append(StepRecord(**record))
+            run.step = step
+            if writer is not None:
+                writer.write(run, run.elapsed_s + time.perf_counter() - t0)
             if bar is not None:
                 bar.update(1)
     finally:
@@ -187,6 +254,8 @@ async def smc(
             bar.close()
 
     # objects created during the run (e.g. samplers a program builds lazily) count from zero
+    lms, counted = counters.lms, counters.counted
+    before_lm, before_cnt = counters.before_lm, counters.before_cnt
     known = {id(o) for o in lms + counted}
     for o in (o for p in pop for o in reachable(p)):
         if id(o) not in known and (is_lm(o) or (isinstance(o, (TokenSampler, Potential)) and hasattr(o, "stats"))):
@@ -204,7 +273,7 @@ async def smc(
         "steps": len(history),
         "resampling_events": sum(r.ancestors is not None for r in history),
         "tokens": sum(len(t) for r in history for t in r.tokens),
-        "wall_time_s": time.perf_counter() - t0,
+        "wall_time_s": run.elapsed_s + time.perf_counter() - t0,
         "lm_requests": sum(d.get("requests", 0) for d in lm_delta),
         "lm_forward_passes": sum(d.get("forward_passes", 0) for d in lm_delta),
         "constraint_checks": sum(

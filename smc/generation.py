@@ -127,12 +127,17 @@ async def agenerate(
     chat: bool | None = None,
     progress: bool | None = None,
     critic: Critic | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
         chat=chat, progress=progress, critic=critic,
     )
+    if checkpoint is not None:  # a bad path is refused before the LM loads
+        from smc.checkpoint import check_path
+
+        check_path(checkpoint)
     if lm is None:
         from smc.loading import load_lm
 
@@ -150,10 +155,23 @@ async def agenerate(
         critic=critic,
         progress=progress,
         progress_total=max_tokens + 1,
+        **checkpoint_args(checkpoint, lm, ids, constraint, sampler, max_tokens),
     )
     result.stats.update(prompt_tokens=len(ids), sampler=sampler, max_tokens=max_tokens)
     result.constraint = constraint  # for Result.parsed
     return result
+
+
+def checkpoint_args(
+    checkpoint: str | os.PathLike | None, lm: Any, ids: list[int], constraint: Potential | None,
+    sampler: str, max_tokens: int,
+) -> dict[str, Any]:
+    """The keyword arguments that make ``smc`` checkpoint a generate run (none without a
+    checkpoint): what ``smc.resume`` needs besides the particles to rebuild the program."""
+    if checkpoint is None:
+        return {}
+    info = dict(prompt_ids=ids, constraint=constraint, sampler=sampler, max_tokens=max_tokens, lm=lm)
+    return dict(checkpoint=checkpoint, _checkpoint_info=info)
 
 
 def generate(
@@ -170,6 +188,7 @@ def generate(
     chat: bool | None = None,
     progress: bool | None = None,
     critic: Critic | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> Result:
     """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
 
@@ -195,6 +214,9 @@ def generate(
             for ``LMContext``, ``LMPotential`` and the samplers (``smc.backends.prompts``).
         progress: tqdm bar; None shows it only for runs longer than 2 s, False never.
         critic: optional log twist psi(particle) to guide resampling (final weights untwisted).
+        checkpoint: a file the run's state is written to after every step (atomically);
+            ``smc.resume(checkpoint, lm=lm)`` continues an interrupted run with exactly the
+            result of an uninterrupted one (docs/checkpoint.md).
 
     Returns a Result. An unsatisfiable constraint gives a Result with no finished samples and
     log_ml = -inf. Bad arguments raise ValueError/TypeError before any work.
@@ -205,7 +227,7 @@ def generate(
     kwargs = dict(
         lm=lm, particles=particles, max_tokens=max_tokens, seed=seed, sampler=sampler,
         ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
-        critic=critic,
+        critic=critic, checkpoint=checkpoint,
     )
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,

@@ -156,6 +156,9 @@ class AsyncLM(ABC):
     vocab: list[bytes]
     eos_token_ids: list[int]
     special_token_ids: frozenset[int] = frozenset()
+    #: shared by all particles: never copied with a particle, never pickled in a checkpoint
+    #: (smc.model.is_shared; backends that do not subclass AsyncLM count as shared too)
+    shared_by_particles = True
     #: Longest context (prompt plus generated tokens) the model accepts; None when unbounded.
     max_context: int | None = None
 
