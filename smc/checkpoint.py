@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from smc.backends.base import LMBackend
 from smc.engine import Counters, Critic, Run, advance
 from smc.model import _ATOMIC, _children, is_lm, is_shared, shared_paths
 from smc.result import Result
@@ -60,7 +61,7 @@ def _package_version() -> str:
     return smc.__version__
 
 
-def vocab_fingerprint(lm: Any) -> str:
+def vocab_fingerprint(lm: LMBackend) -> str:
     """SHA-256 (16 hex digits) of the LM's vocabulary and EOS ids: resume checks the LM it is
     given against the run's."""
     h = hashlib.sha256()
@@ -303,7 +304,7 @@ class _StateUnpickler(pickle.Unpickler):
         return self.bindings[pid]
 
 
-def bind_shared(records: dict[str, dict[str, Any]], lm: Any, shared: dict[str, Any]) -> dict[str, Any]:
+def bind_shared(records: dict[str, dict[str, Any]], lm: LMBackend, shared: dict[str, Any]) -> dict[str, Any]:
     """name -> object for every shared object the checkpoint names: ``shared[name]`` when
     given, else ``lm`` for an LM; CheckpointError naming what is missing, extra or mismatched."""
     extra = sorted(set(shared) - set(records))
@@ -331,7 +332,7 @@ def bind_shared(records: dict[str, dict[str, Any]], lm: Any, shared: dict[str, A
     return bindings
 
 
-def check_same_lm(lm: Any, fingerprint: str, vocab_size: int, what: str) -> None:
+def check_same_lm(lm: LMBackend, fingerprint: str, vocab_size: int, what: str) -> None:
     if not is_lm(lm):
         raise CheckpointError(f"{what!r} was an LM backend in the run; got a {type(lm).__name__}")
     if vocab_fingerprint(lm) != fingerprint:
@@ -344,7 +345,7 @@ def check_same_lm(lm: Any, fingerprint: str, vocab_size: int, what: str) -> None
 async def aresume(
     path: str | os.PathLike,
     *,
-    lm: Any = None,
+    lm: LMBackend | None = None,
     shared: dict[str, Any] | None = None,
     critic: Critic | None = None,
     progress: bool | None = None,
@@ -388,7 +389,7 @@ async def aresume(
     return result
 
 
-def _rebuild_generation(header: dict, constraint_bytes: bytes, lm: Any, shared: dict[str, Any]) -> dict[str, Any]:
+def _rebuild_generation(header: dict, constraint_bytes: bytes, lm: LMBackend, shared: dict[str, Any]) -> dict[str, Any]:
     """``shared`` plus the token sampler of a ``generate`` run, rebuilt from ``lm`` and the stored
     constraint, under the name(s) the particles use for it."""
     from samplers import make_sampler
@@ -413,7 +414,7 @@ def _rebuild_generation(header: dict, constraint_bytes: bytes, lm: Any, shared: 
 def resume(
     path: str | os.PathLike,
     *,
-    lm: Any = None,
+    lm: LMBackend | None = None,
     shared: dict[str, Any] | None = None,
     critic: Critic | None = None,
     progress: bool | None = None,

@@ -163,7 +163,7 @@ async def agenerate(
 
 
 def checkpoint_args(
-    checkpoint: str | os.PathLike | None, lm: Any, ids: list[int], constraint: Potential | None,
+    checkpoint: str | os.PathLike | None, lm: LMBackend, ids: list[int], constraint: Potential | None,
     sampler: str, max_tokens: int,
 ) -> dict[str, Any]:
     """The keyword arguments that make ``smc`` checkpoint a generate run (none without a

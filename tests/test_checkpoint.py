@@ -66,8 +66,14 @@ class DuckLM:
     vocab = [b"a", b"<e>"]
     eos_token_ids = [1]
 
+    def encode(self, text):
+        return [0] * len(text)
+
     async def next_token_logprobs(self, ids):
         return np.log([0.5, 0.5])
+
+    async def batch_next_token_logprobs(self, batch):
+        return np.log([[0.5, 0.5]] * len(batch))
 
 
 def test_clone_shares_exactly_what_the_rule_declares():
