@@ -27,6 +27,8 @@ _EXPORTS = {
     "smc": "smc.engine",
     "generate": "smc.generation",
     "agenerate": "smc.generation",
+    "beam": "smc.search",
+    "steer": "smc.search",
 }
 
 __all__ = sorted(_EXPORTS)

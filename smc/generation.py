@@ -21,6 +21,7 @@ from samplers import SAMPLERS, make_sampler
 from smc.engine import Critic, check_smc_args, smc
 from smc.model import ConstrainedGeneration, encode_prompt, lift
 from smc.result import Result
+from smc.search import check_method, run_search
 
 
 #: methods and attributes every LM backend has (design.md, "LM backends")
@@ -151,12 +152,15 @@ async def agenerate(
     chat: bool | None = None,
     progress: bool | None = None,
     critic: Critic | None = None,
+    method: str = "smc",
+    n_beam: int | None = None,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
         chat=chat, progress=progress, critic=critic,
     )
+    check_method(method, n_beam, critic)
     if lm is None:
         from smc.loading import load_lm
 
@@ -165,6 +169,10 @@ async def agenerate(
     ids = prompt_ids_for(lm, prompt, chat, max_tokens)
     token_sampler = make_sampler(sampler, lm, lift(constraint, lm), ids)
     model = ConstrainedGeneration(token_sampler, max_tokens)
+    if method != "smc":
+        result = await run_search(model, method, particles, n_beam, seed)
+        result.stats.update(prompt_tokens=len(ids), max_tokens=max_tokens)
+        return result
     result = await smc(
         model,
         particles,
@@ -193,6 +201,8 @@ def generate(
     chat: bool | None = None,
     progress: bool | None = None,
     critic: Critic | None = None,
+    method: str = "smc",
+    n_beam: int | None = None,
 ) -> Result:
     """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
 
@@ -213,6 +223,13 @@ def generate(
         chat: apply the LM's chat template (default: ``lm.is_chat``).
         progress: tqdm bar; None shows it only for runs longer than 2 s, False never.
         critic: optional log twist psi(particle) to guide resampling (final weights untwisted).
+        method: "smc" (default); "beam": deterministic beam search keeping ``particles`` beams,
+            returning the highest-mass constrained completions it reaches with their exact log
+            masses (``smc.beam``); "steer": without-replacement steering with ``particles``
+            particles and ``n_beam`` children per particle (``smc.steer``; its log weights sum to
+            Ẑ). Both use the exact next-token target (the ``sampler`` is not used), ignore
+            ``ess_threshold`` and ``resampling``, and take no ``critic``.
+        n_beam: children kept per particle by ``method="steer"`` (default 2).
 
     Returns a Result. An unsatisfiable constraint gives a Result with no finished samples and
     log_ml = -inf. Bad arguments raise ValueError/TypeError before any work.
@@ -223,12 +240,13 @@ def generate(
     kwargs = dict(
         lm=lm, particles=particles, max_tokens=max_tokens, seed=seed, sampler=sampler,
         ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
-        critic=critic,
+        critic=critic, method=method, n_beam=n_beam,
     )
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
         chat=chat, progress=progress, critic=critic,
     )
+    check_method(method, n_beam, critic)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
