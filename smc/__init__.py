@@ -29,6 +29,7 @@ _EXPORTS = {
     "agenerate": "smc.generation",
     "beam": "smc.search",
     "steer": "smc.search",
+    "top_k": "smc.search",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -225,7 +225,9 @@ def generate(
         critic: optional log twist psi(particle) to guide resampling (final weights untwisted).
         method: "smc" (default); "beam": deterministic beam search keeping ``particles`` beams,
             returning the highest-mass constrained completions it reaches with their exact log
-            masses (``smc.beam``); "steer": without-replacement steering with ``particles``
+            masses (``smc.beam``); "top_k": the exact ``particles`` highest-mass completions
+            by best-first search (``smc.top_k``; Boolean constraints or weights <= 1);
+            "steer": without-replacement steering with ``particles``
             particles and ``n_beam`` children per particle (``smc.steer``; its log weights sum to
             Ẑ). Both use the exact next-token target (the ``sampler`` is not used), ignore
             ``ess_threshold`` and ``resampling``, and take no ``critic``.

@@ -37,6 +37,11 @@ turn out worse (greedy search, beam_width = 1, is the extreme case). When no can
 pruned (beam_width at least the number of candidates in every round) the beams are every
 sequence of positive mass, highest first: the exact enumeration of the target.
 
+``top_k(model, k)`` (deterministic, exact): best-first search returns the k highest-W finished
+sequences, provided W never increases from a particle to its children (a normalized LM with
+Boolean constraints or weights <= 1; checked, ValueError otherwise). Its cost is one expansion per
+frontier element of W above the k-th answer's, which can be many: at most ``max_expansions``.
+
 ``steer(model, n_particles, n_beam, seed)`` (random, unbiased; the idea of llamppl's
 ``smc_steer``, with both the expansion and the selection made without replacement): weights are
 kept so that their *sum* estimates the target mass. Each round, every unfinished particle x keeps
@@ -59,6 +64,8 @@ When every particle's children number at most ``n_beam`` and every pool at most
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -74,7 +81,7 @@ from smc.result import Result, Sample
 #: random paths one step of a general Model may have before ``beam``/``steer`` refuse it
 MAX_PATHS = 10_000
 
-METHODS = ("smc", "beam", "steer")
+METHODS = ("smc", "beam", "steer", "top_k")
 
 
 def _check_count(value: Any, name: str, limit: int = MAX_PARTICLES) -> int:
@@ -304,6 +311,90 @@ async def beam(
     return run.result(pool, logsumexp(finished), stats)
 
 
+# ---------------------------------------------------------------------------- exact top k
+#: most particles ``top_k`` expands before it gives up
+MAX_EXPANSIONS = 10_000
+
+
+async def top_k(
+    model: Model,
+    k: int = 4,
+    *,
+    max_expansions: int = MAX_EXPANSIONS,
+    max_paths: int = MAX_PATHS,
+) -> Result:
+    """The exact ``k`` highest-W finished sequences, by best-first search.
+
+    The frontier starts as {model started}; repeatedly the frontier element of largest W is
+    removed: finished, it is the next answer; unfinished, it is expanded and its children join
+    the frontier (lazily: each expanded particle offers its children one at a time, in
+    decreasing W). This is exact when W never increases from a particle to its children
+    (log t_x(c) <= 0: a normalized LM with Boolean constraints or weights <= 1, Categorical
+    draws, observed probabilities): every sequence not yet returned extends a frontier element of
+    W no larger than the one just removed. Ties are broken by token ids, as in ``beam``.
+
+    Args:
+        model: the initial program (left untouched).
+        k: number of sequences, >= 1.
+        max_expansions: most particles expanded (each one LM call for ConstrainedGeneration);
+            the search is exact but can need many expansions when the k-th best sequence is
+            improbable.
+        max_paths: most random paths one step of a general Model may have.
+
+    Returns a Result of at most k finished samples, highest W first (fewer when the target has
+    fewer sequences), log_weight = W, log_ml = log of their total mass. Raises ValueError when a
+    child's W exceeds its parent's by more than 1e-9 (the order would not be exact) or after
+    ``max_expansions`` expansions.
+    """
+    _check_model(model)
+    k = _check_count(k, "k")
+    _check_count(max_expansions, "max_expansions", limit=10**9)
+    _check_count(max_paths, "max_paths", limit=10**9)
+    run = _Run(model)
+    root = model.clone()
+    await root.start()
+    seq = itertools.count()
+    # frontier entries (-W, tie key, n, parent expansion, children in order, rank of the child)
+    frontier: list[tuple[float, tuple, int, _Expansion | None, Any, int]] = []
+
+    def offer(e: _Expansion, order: np.ndarray, r: int) -> None:
+        if r < len(order):
+            j = int(order[r])
+            heapq.heappush(frontier, (-float(e.logw[j]), e.key(j), next(seq), e, order, r))
+
+    if root.weight > NEG_INF:
+        frontier.append((-root.weight, (*root.token_ids(),), next(seq), None, root, 0))
+    out: list[Model] = []
+    expansions = 0
+    while frontier and len(out) < k:
+        negw, _, _, e, order, r = heapq.heappop(frontier)
+        if e is None:
+            node = order  # the root
+        else:
+            offer(e, order, r + 1)
+            node = e.make(int(order[r]), -negw)
+        if node.finished:
+            out.append(node)
+            continue
+        if expansions >= max_expansions:
+            raise ValueError(
+                f"top_k expanded max_expansions={max_expansions} particles before finding {k} "
+                f"sequences (found {len(out)}); raise max_expansions, lower k, or use beam"
+            )
+        expansions += 1
+        child = await _expand(node, max_paths)
+        finite = np.flatnonzero(child.logw > NEG_INF)
+        if len(finite) and float(child.logw[finite].max()) > node.weight + 1e-9:
+            raise ValueError(
+                "top_k needs weights that never increase along a sequence, but a child has log "
+                f"weight {float(child.logw[finite].max()):.6g} > its parent's {node.weight:.6g} "
+                "(a potential with weights > 1?); use beam instead"
+            )
+        offer(child, finite[np.lexsort((finite, -child.logw[finite]))], 0)
+    stats = {"method": "top_k", "k": k, "expansions": expansions}
+    return run.result(out, logsumexp(np.array([p.weight for p in out], dtype=float)), stats)
+
+
 # ---------------------------------------------------------------------------- steering
 def priority_sample(logw: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Priority sampling of k entries (Duffield, Lund & Thorup 2007), in log space.
@@ -428,10 +519,13 @@ DEFAULT_N_BEAM = 2
 
 
 async def run_search(model: Model, method: str, particles: int, n_beam: int | None, seed: int | None) -> Result:
-    """``beam(model, particles)`` for method "beam", ``steer(model, particles, n_beam, seed)`` for
-    "steer" (``n_beam`` defaulting to DEFAULT_N_BEAM): the non-SMC methods of ``smc.generate``."""
+    """The non-SMC methods of ``smc.generate``: ``beam(model, particles)`` for "beam",
+    ``top_k(model, particles)`` for "top_k", ``steer(model, particles, n_beam, seed=seed)`` for
+    "steer" (``n_beam`` defaulting to DEFAULT_N_BEAM)."""
     if method == "beam":
         return await beam(model, particles)
+    if method == "top_k":
+        return await top_k(model, particles)
     if method == "steer":
         return await steer(model, particles, DEFAULT_N_BEAM if n_beam is None else n_beam, seed=seed)
-    raise ValueError(f"run_search runs 'beam' or 'steer', not {method!r}")
+    raise ValueError(f"run_search runs 'beam', 'top_k' or 'steer', not {method!r}")

@@ -2,6 +2,7 @@
 against brute-force enumeration."""
 
 import asyncio
+import itertools
 import math
 import re
 
@@ -13,7 +14,7 @@ from potentials import Regex
 from potentials.base import NEG_INF
 from samplers import make_sampler
 from smc.model import Categorical, ConstrainedGeneration, LMContext, Model
-from smc.search import beam, keep_without_replacement, priority_sample, steer
+from smc.search import beam, keep_without_replacement, priority_sample, steer, top_k
 from tests.toy_problems import FastToyLM, TokenPredicate, TokenSoft, exact_target
 
 SE = 3.0  # tolerance in standard errors
@@ -185,8 +186,58 @@ def test_beam_unsatisfiable_gives_no_samples():
     assert r.samples == [] and r.log_ml == NEG_INF and r.best is None
 
 
+# ---------------------------------------------------------------------------- exact top k
+MONOTONE = [n for n in PROBLEMS if n != "rand3-soft"]
+
+
+@pytest.mark.parametrize("name", MONOTONE)
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 1000])
+def test_top_k_equals_brute_force_top_k(name, k):
+    exact = sorted(target(name).items(), key=lambda kv: -kv[1])
+    r = asyncio.run(top_k(program(name), k))
+    assert all(s.finished for s in r.samples)
+    got = [(s.token_ids, math.exp(s.log_weight)) for s in r.samples]
+    assert len(got) == min(k, len(exact))
+    np.testing.assert_allclose([w for _, w in got], [w for _, w in exact[: len(got)]], rtol=1e-9)
+    for x, w in got:
+        assert w == pytest.approx(dict(exact)[x], rel=1e-9)
+    if len(exact) > k and exact[k - 1][1] > exact[k][1] * (1 + 1e-9):  # no tie at the cut
+        assert {x for x, _ in got} == {x for x, _ in exact[:k]}
+    assert r.log_ml == pytest.approx(math.log(sum(w for _, w in got)), rel=1e-9)
+
+
+def test_top_k_finds_what_greedy_beam_misses():
+    lm = FastToyLM([b"a", b"b", b"c", b"$"], b"$", lambda ids: [0.45, 0.3, 0.15, 0.1])
+    m = ConstrainedGeneration(make_sampler("direct", lm), 4)
+    r = asyncio.run(top_k(m, 3))
+    assert [s.token_ids for s in r.samples] == [(), (0,), (1,)]
+    np.testing.assert_allclose([math.exp(s.log_weight) for s in r.samples], [0.1, 0.045, 0.03], rtol=1e-12)
+    # best-first expands exactly the prefixes more probable than the third answer (0.03)
+    probs = [0.45, 0.3, 0.15]
+    above = sum(1 for L in range(5) for x in itertools.product(range(3), repeat=L)
+                if math.prod(probs[a] for a in x) > 0.03 * (1 + 1e-9))
+    assert r.stats["expansions"] == above
+
+
+def test_top_k_on_a_categorical_program():
+    exact = sorted(dice_outcomes().values(), reverse=True)
+    r = asyncio.run(top_k(Dice(), 4))
+    np.testing.assert_allclose([math.exp(s.log_weight) for s in r.samples], exact[:4], rtol=1e-9)
+
+
+def test_top_k_refuses_increasing_weights_and_runaway_searches():
+    bonus = TokenSoft(3, [2], lambda x: 0.0, lambda x: 3.0)  # finishing multiplies by e^3
+    m = ConstrainedGeneration(make_sampler("direct", ALT, bonus), 3)
+    with pytest.raises(ValueError, match="never increase"):
+        asyncio.run(top_k(m, 2))
+    with pytest.raises(ValueError, match="max_expansions=2"):
+        asyncio.run(top_k(program("rand4-no-ac"), 50, max_expansions=2))
+    with pytest.raises(ValueError, match="k must be an integer"):
+        asyncio.run(top_k(program("rand4-no-ac"), 0))
+
+
 # ---------------------------------------------------------------------------- generate
-@pytest.mark.parametrize("method", ["beam", "steer"])
+@pytest.mark.parametrize("method", ["beam", "steer", "top_k"])
 def test_generate_method_returns_valid_samples(method):
     kw = dict(lm=DIGITS, particles=4, max_tokens=4, method=method, progress=False)
     r = smc.generate("", REGEX, seed=0, **kw)
@@ -196,12 +247,13 @@ def test_generate_method_returns_valid_samples(method):
     for s in r.samples:
         assert re.fullmatch(r"1+-?2", s.text) and s.token_ids in exact
     assert r.stats["method"] == method and r.stats["max_tokens"] == 4
-    if method == "beam":
+    if method != "steer":
         for s in r.samples:
             assert math.exp(s.log_weight) == pytest.approx(exact[s.token_ids], rel=1e-9)
         assert smc.generate("", REGEX, seed=5, **kw).samples == r.samples  # no seed needed
         direct = ConstrainedGeneration(make_sampler("direct", DIGITS, REGEX.lift(DIGITS)), 4)
-        assert asyncio.run(beam(direct, 4)).samples == r.samples
+        search = beam if method == "beam" else top_k
+        assert asyncio.run(search(direct, 4)).samples == r.samples
     else:
         assert r.stats["n_beam"] == 2
 
