@@ -8,11 +8,13 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 import smc
 from potentials import Regex
 from potentials.base import NEG_INF
 from samplers import make_sampler
+from smc.generation import prompt_ids_for
 from smc.model import Categorical, ConstrainedGeneration, LMContext, Model
 from smc.search import beam, keep_without_replacement, priority_sample, steer, top_k
 from tests.toy_problems import FastToyLM, TokenPredicate, TokenSoft, exact_target
@@ -520,3 +522,28 @@ def test_cuts_keep_everything_when_there_is_room():
     for fn in (priority_sample, keep_without_replacement):
         idx, w = fn(logw, 3, rng)
         assert idx.tolist() == [0, 1, 3] and np.allclose(np.exp(w), [0.3, 0.2, 0.5])
+
+
+# ---------------------------------------------------------------------------- embedded model
+PHONE = r"[0-9]{3}-[0-9]{3}-[0-9]{4}"
+
+
+@pytest.mark.slow
+async def test_search_on_the_embedded_model(embedded_lm):
+    """top_k's best phone number has exactly the LM's log p(x, EOS | prompt) as its weight, and
+    beam's beams are valid and no more probable than it (top_k is exact)."""
+    prompt = "Write a US phone number:"
+    kw = dict(lm=embedded_lm, max_tokens=16, progress=False)
+    best = await smc.agenerate(prompt, Regex(PHONE), method="top_k", particles=1, **kw)
+    wide = await smc.agenerate(prompt, Regex(PHONE), method="beam", particles=2, **kw)
+    for s in best.samples + wide.samples:
+        assert s.finished and re.fullmatch(PHONE, s.text)
+    (top,) = best.samples
+    assert all(s.log_weight <= top.log_weight + 1e-9 for s in wide.samples)
+    ids = prompt_ids_for(embedded_lm, prompt, None, 16)
+    logp = 0.0
+    for t in list(top.token_ids) + [None]:
+        lp = (await embedded_lm.next_token_logprobs(ids)).double()
+        logp += float(torch.logsumexp(lp[list(embedded_lm.eos_token_ids)], 0)) if t is None else float(lp[t])
+        ids.append(t)
+    assert top.log_weight == pytest.approx(logp, abs=1e-6)
