@@ -238,7 +238,7 @@ def _top(logw: np.ndarray, k: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- bookkeeping
 class _Run:
-    """LM and sampler counters before a run, and the Result at its end."""
+    """The LMs' counters before a run, and the Result at its end."""
 
     def __init__(self, model: Model):
         objs = list(reachable(model))
