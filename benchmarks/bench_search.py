@@ -6,7 +6,8 @@ finished text with its exact log mass log p(x, EOS | prompt) + log phi(x) (beam,
 sample's own weight; SMC and steer weights are estimates, so for them the mass is recomputed by
 scoring the text's tokens), and log_ml. Ratios are to the SMC run of the same invocation.
 
-    python benchmarks/bench_search.py [--task phone|json] [--max-tokens 16] [--jsonl FILE]
+    python benchmarks/bench_search.py [--task phone|json] [--max-tokens 16] [--methods smc,beam,top_k,steer]
+           [--jsonl FILE]
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def main() -> None:
     ap.add_argument("--task", default="phone", choices=sorted(TASKS))
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--jsonl")
+    ap.add_argument("--methods", default="smc,beam,top_k,steer", help="comma-separated subset to run")
     args = ap.parse_args()
     prompt, make = TASKS[args.task]
     lm = smc.load_lm()
@@ -74,7 +76,7 @@ def main() -> None:
     smc.generate(prompt, make(), lm=lm, max_tokens=1, particles=1, progress=False)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rows = []
-    for method, kw in RUNS:
+    for method, kw in [r for r in RUNS if r[0] in args.methods.split(",")]:
         t0 = time.perf_counter()
         try:
             r = smc.generate(prompt, make(), lm=lm, max_tokens=args.max_tokens, method=method,

@@ -44,15 +44,15 @@ frontier element of W above the k-th answer's, which can be many: at most ``max_
 
 ``steer(model, n_particles, n_beam, seed)`` (random, unbiased; the idea of llamppl's
 ``smc_steer``, with both the expansion and the selection made without replacement): weights are
-kept so that their *sum* estimates the target mass. Each round, every unfinished particle x keeps
-``n_beam`` of its children by priority sampling: with u_c ~ U(0, 1] i.i.d., priorities
-q_c = exp(W(c)) / u_c, the ``n_beam`` highest are kept and given the weight max(exp(W(c)), tau),
-tau the (n_beam + 1)-th highest priority (0 when x has at most n_beam children, which are then all
-kept with their exact W). Then the pool of kept children and finished particles (weights v_j) is
-cut to ``n_particles`` without replacement (Fearnhead & Clifford's optimal resampling): with c
-solving sum_j min(1, c v_j) = n_particles, elements with c v_j >= 1 stay with weight v_j, and the
-others are chosen by systematic sampling with inclusion probability c v_j and get weight 1 / c
-(nothing is cut when the pool has at most ``n_particles`` elements). Both stages satisfy
+kept so that their *sum* estimates the target mass. Both stages of a round use one cut,
+``keep_without_replacement`` (Fearnhead & Clifford's optimal resampling): to keep n of elements
+with weights v_j, c solves sum_j min(1, c v_j) = n; elements with c v_j >= 1 stay with weight
+v_j, the others are chosen by systematic sampling with inclusion probability c v_j and get the
+weight 1 / c (nothing is cut when there are at most n). Each round, every unfinished particle
+keeps ``n_beam`` of its children (weights exp(W(c))) by this cut; then the pool of kept children
+and finished particles is cut to ``n_particles``. A chosen element's new weight 1 / c is the
+total weight of the elements that were cut by chance divided by the slots they share, never more
+than that total: weights stay bounded by the mass they stand for. Each cut satisfies
 E[new weight of j * 1{j kept}] = v_j, so by induction over rounds, for every function f of the
 finished sequences,
 
@@ -396,23 +396,6 @@ async def top_k(
 
 
 # ---------------------------------------------------------------------------- steering
-def priority_sample(logw: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Priority sampling of k entries (Duffield, Lund & Thorup 2007), in log space.
-
-    With u_j ~ U(0, 1] i.i.d. and priorities q_j = exp(logw_j) / u_j over the finite entries,
-    keeps the k highest and returns (indices, log of max(exp(logw_j), tau)), tau the (k+1)-th
-    highest priority; E[new weight_j * 1{j kept}] = exp(logw_j). With at most k finite entries
-    all are kept with their weights and no random number is drawn.
-    """
-    finite = np.flatnonzero(logw > NEG_INF)
-    if len(finite) <= k:
-        return finite, logw[finite]
-    logq = logw[finite] - np.log1p(-rng.random(len(finite)))  # u = 1 - U[0, 1) lies in (0, 1]
-    order = np.argpartition(-logq, k)
-    kept, log_tau = finite[order[:k]], logq[order[k]]
-    return kept, np.maximum(logw[kept], log_tau)
-
-
 def keep_without_replacement(
     logw: np.ndarray, n: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -421,7 +404,8 @@ def keep_without_replacement(
     Over the finite entries with weights v_j: c solves sum_j min(1, c v_j) = n; entries with
     c v_j >= 1 are kept with their weight, the rest are chosen by systematic sampling with
     inclusion probability c v_j and get the weight 1 / c. Returns (indices, new log weights),
-    with E[new weight_j * 1{j kept}] = v_j. With at most n finite entries all are kept unchanged.
+    with E[new weight_j * 1{j kept}] = v_j, and the total weight kept exactly: the n - m chosen
+    at random get (n - m) / c = the total weight of the elements cut at random. With at most n finite entries all are kept unchanged.
     """
     finite = np.flatnonzero(logw > NEG_INF)
     if len(finite) <= n:
@@ -462,9 +446,9 @@ async def steer(
 ) -> Result:
     """Without-replacement SMC steering (see the module docstring for the estimator).
 
-    Each round every unfinished particle keeps ``n_beam`` children by priority sampling, and the
-    pool of children and finished particles is cut to ``n_particles`` by optimal resampling
-    without replacement. Unbiased: E[sum_i exp(W_i) f(x_i)] = sum_x p(x, EOS) phi(x) f(x), where
+    Each round every unfinished particle keeps ``n_beam`` of its children, and the pool of
+    children and finished particles is cut to ``n_particles``, both by optimal resampling
+    without replacement (``keep_without_replacement``). Unbiased: E[sum_i exp(W_i) f(x_i)] = sum_x p(x, EOS) phi(x) f(x), where
     the sum runs over finished particles; Ẑ = sum_i exp(W_i) (log_ml = log Ẑ, E[Ẑ] = Z).
 
     Args:
@@ -503,7 +487,7 @@ async def steer(
                 builds.append(lambda w, p=p: _reweighted(p, w))
                 logw.append(p.weight)
         for e in exps:
-            kept, w = priority_sample(e.logw, kb, rng)
+            kept, w = keep_without_replacement(e.logw, kb, rng)
             for j, wj in zip(kept.tolist(), w.tolist()):
                 builds.append(lambda w, e=e, j=j: e.make(j, w))
                 logw.append(wj)

@@ -16,7 +16,7 @@ from potentials.base import NEG_INF
 from samplers import make_sampler
 from smc.generation import prompt_ids_for
 from smc.model import Categorical, ConstrainedGeneration, LMContext, Model
-from smc.search import beam, keep_without_replacement, priority_sample, steer, top_k
+from smc.search import beam, keep_without_replacement, steer, top_k
 from tests.toy_problems import FastToyLM, TokenPredicate, TokenSoft, exact_target
 
 SE = 3.0  # tolerance in standard errors
@@ -484,21 +484,7 @@ def test_steer_on_a_categorical_program_is_unbiased():
         assert abs(v.mean() - w) <= SE * v.std() / math.sqrt(runs), x
 
 
-# ---------------------------------------------------------------------------- the two cuts
-@pytest.mark.parametrize("k", [1, 2, 4])
-def test_priority_sample_is_unbiased(k):
-    logw = np.array([math.log(0.5), math.log(0.2), math.log(0.15), math.log(0.1), math.log(0.05), NEG_INF])
-    rng = np.random.default_rng(0)
-    reps = 20000
-    est = np.zeros((reps, len(logw)))
-    for r in range(reps):
-        idx, w = priority_sample(logw, k, rng)
-        assert len(idx) == k and len(set(idx.tolist())) == k and 5 not in idx
-        est[r, idx] = np.exp(w)
-    se = est.std(axis=0) / math.sqrt(reps)
-    assert np.all(np.abs(est.mean(axis=0) - np.exp(logw)) <= SE * se + 1e-12)
-
-
+# ---------------------------------------------------------------------------- the cut
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 def test_keep_without_replacement_is_unbiased(n):
     logw = np.log(np.array([0.6, 0.05, 0.1, 0.02, 0.13, 0.1, 1.0]))
@@ -509,6 +495,7 @@ def test_keep_without_replacement_is_unbiased(n):
     for r in range(reps):
         idx, w = keep_without_replacement(logw, n, rng)
         assert len(idx) == n and len(set(idx.tolist())) == n and 6 not in idx
+        assert np.exp(w).sum() == pytest.approx(1.0, rel=1e-12)  # the total is kept exactly
         est[r, idx] = np.exp(w)
     se = est.std(axis=0) / math.sqrt(reps)
     assert np.all(np.abs(est.mean(axis=0) - np.exp(logw)) <= SE * se + 1e-12)
@@ -516,12 +503,11 @@ def test_keep_without_replacement_is_unbiased(n):
         assert np.all(est[:, 0] == pytest.approx(0.6))
 
 
-def test_cuts_keep_everything_when_there_is_room():
+def test_cut_keeps_everything_when_there_is_room():
     logw = np.array([math.log(0.3), math.log(0.2), NEG_INF, math.log(0.5)])
     rng = np.random.default_rng(0)
-    for fn in (priority_sample, keep_without_replacement):
-        idx, w = fn(logw, 3, rng)
-        assert idx.tolist() == [0, 1, 3] and np.allclose(np.exp(w), [0.3, 0.2, 0.5])
+    idx, w = keep_without_replacement(logw, 3, rng)
+    assert idx.tolist() == [0, 1, 3] and np.allclose(np.exp(w), [0.3, 0.2, 0.5])
 
 
 # ---------------------------------------------------------------------------- embedded model
