@@ -30,6 +30,9 @@ _EXPORTS = {
     "resume": "smc.checkpoint",
     "aresume": "smc.checkpoint",
     "CheckpointError": "smc.checkpoint",
+    "beam": "smc.search",
+    "steer": "smc.search",
+    "top_k": "smc.search",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int, default=32)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--sampler", choices=sorted(SAMPLERS), default="awrs")
+    g.add_argument("--method", choices=["smc", "beam", "top_k", "steer"], default="smc",
+                   help="smc (default); beam / top_k: --particles best sequences (deterministic); "
+                        "steer: without-replacement steering (see docs/beam.md)")
+    g.add_argument("--n-beam", type=int, default=None, help="children kept per particle (--method steer)")
     g.add_argument("--model", default=None, help="HF model id or directory (default: embedded SmolLM2)")
     g.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     g.add_argument("--json", action="store_true", help="print one JSON object")
@@ -118,11 +122,13 @@ def _constraint(args: argparse.Namespace):
 def _generate(args: argparse.Namespace) -> int:
     from smc.generation import check_generate_args, generate
     from smc.loading import load_lm
+    from smc.search import check_method
 
     prompt = _prompt(args)
     check_generate_args(
         prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed
     )
+    check_method(args.method, args.n_beam)
     constraint = _constraint(args)
     lm = load_lm(args.model, backend=args.backend)
     result = generate(
@@ -134,6 +140,8 @@ def _generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         sampler=args.sampler,
         progress=False if args.quiet else None,
+        method=args.method,
+        n_beam=args.n_beam,
     )
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))

@@ -23,6 +23,7 @@ from smc.engine import Critic, check_smc_args, smc
 from smc.backends.prompts import Prompt, encode_prompt, prompt_kind
 from smc.model import ConstrainedGeneration, lift
 from smc.result import Result
+from smc.search import check_method, run_search
 
 
 #: bytes per particle and vocabulary entry that one SMC step may hold at once (the float32
@@ -128,13 +129,18 @@ async def agenerate(
     progress: bool | None = None,
     critic: Critic | None = None,
     checkpoint: str | os.PathLike | None = None,
+    method: str = "smc",
+    n_beam: int | None = None,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
         chat=chat, progress=progress, critic=critic,
     )
+    check_method(method, n_beam, critic)
     if checkpoint is not None:  # a bad path is refused before the LM loads
+        if method != "smc":
+            raise ValueError(f"checkpoint= is for method='smc' runs, not method={method!r}")
         from smc.checkpoint import check_path
 
         check_path(checkpoint)
@@ -146,6 +152,11 @@ async def agenerate(
     ids = prompt_ids_for(lm, prompt, chat, max_tokens)
     token_sampler = make_sampler(sampler, lm, lift(constraint, lm), ids)
     model = ConstrainedGeneration(token_sampler, max_tokens)
+    if method != "smc":
+        result = await run_search(model, method, particles, n_beam, seed)
+        result.stats.update(prompt_tokens=len(ids), max_tokens=max_tokens)
+        result.constraint = constraint
+        return result
     result = await smc(
         model,
         particles,
@@ -189,6 +200,8 @@ def generate(
     progress: bool | None = None,
     critic: Critic | None = None,
     checkpoint: str | os.PathLike | None = None,
+    method: str = "smc",
+    n_beam: int | None = None,
 ) -> Result:
     """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
 
@@ -217,6 +230,15 @@ def generate(
         checkpoint: a file the run's state is written to after every step (atomically);
             ``smc.resume(checkpoint, lm=lm)`` continues an interrupted run with exactly the
             result of an uninterrupted one (docs/checkpoint.md).
+        method: "smc" (default); "beam": deterministic beam search keeping ``particles`` beams,
+            returning the highest-mass constrained completions it reaches with their exact log
+            masses (``smc.beam``); "top_k": the exact ``particles`` highest-mass completions
+            by best-first search (``smc.top_k``; Boolean constraints or weights <= 1);
+            "steer": without-replacement steering with ``particles``
+            particles and ``n_beam`` children per particle (``smc.steer``; its log weights sum to
+            Ẑ). Both use the exact next-token target (the ``sampler`` is not used), ignore
+            ``ess_threshold`` and ``resampling``, and take no ``critic``.
+        n_beam: children kept per particle by ``method="steer"`` (default 2).
 
     Returns a Result. An unsatisfiable constraint gives a Result with no finished samples and
     log_ml = -inf. Bad arguments raise ValueError/TypeError before any work.
@@ -227,12 +249,13 @@ def generate(
     kwargs = dict(
         lm=lm, particles=particles, max_tokens=max_tokens, seed=seed, sampler=sampler,
         ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
-        critic=critic, checkpoint=checkpoint,
+        critic=critic, checkpoint=checkpoint, method=method, n_beam=n_beam,
     )
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
         chat=chat, progress=progress, critic=critic,
     )
+    check_method(method, n_beam, critic)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

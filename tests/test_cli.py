@@ -41,6 +41,26 @@ def test_json_output_regex(toy_lm, capsys):
     assert abs(sum(data["posterior"].values()) - 1) < 1e-9
 
 
+@pytest.mark.parametrize("method", ["beam", "top_k", "steer"])
+def test_json_output_search_methods(toy_lm, capsys, method):
+    argv = ["generate", "--prompt", "", "--regex", r"[12]{2}-[12]", "--particles", "3",
+            "--max-tokens", "5", "--json", "--quiet", "--method", method]
+    code = cli.main(argv + (["--n-beam", "2"] if method == "steer" else []))
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["stats"]["method"] == method and 1 <= len(data["samples"]) <= 3
+    for s in data["samples"]:
+        assert s["finished"] and re.fullmatch(r"[12]{2}-[12]", s["text"])
+    if method != "steer":  # highest mass first
+        weights = [s["log_weight"] for s in data["samples"]]
+        assert weights == sorted(weights, reverse=True)
+
+
+def test_n_beam_without_steer_is_a_one_line_error(toy_lm, capsys):
+    code = cli.main(["generate", "--prompt", "", "--regex", "1", "--method", "beam", "--n-beam", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "n_beam is only used by method='steer'" in err and "Traceback" not in err
+
+
 def test_unsatisfiable_json_has_null_log_ml(toy_lm, capsys):
     code = cli.main(["generate", "--prompt", "", "--regex", "zz", "--max-tokens", "2",
                      "--particles", "2", "--json", "--quiet"])
