@@ -235,3 +235,36 @@ def test_adapter_names_are_checked(lm, world):
         lm.adapter("beta")
     with pytest.raises(KeyError):
         lm.unload_adapter("beta")
+
+
+@pytest.mark.slow
+async def test_program_proposing_with_base_and_scoring_with_adapter(lm, world):
+    """Target p_alpha, proposal p_base: each step's weight is log p_alpha(x) - log p_base(x),
+    both sources answering within one run (the weight of one particle is checked exactly)."""
+    import smc
+    from smc.model import LMContext
+
+    *_, ref = world
+    view = lm.adapter("alpha")
+
+    class Adapted(smc.Model):
+        def __init__(self):
+            super().__init__()
+            self.context = LMContext(view, "Write a poem.", chat=True)
+            self.proposal = LMContext(lm, "Write a poem.", chat=True)
+
+        async def step(self):
+            await self.sample(self.context.next_token(), proposal=self.proposal.next_token())
+            if self.context.done or len(self.context.tokens) >= 3:
+                self.finish()
+
+    r = await smc.smc(Adapted(), particles=1, seed=0)
+    (s,) = r.samples
+    assert len(s.token_ids) == 3  # no EOS drawn with this seed, so every term is a token's
+    prompt = list(LMContext(lm, "Write a poem.", chat=True).prompt_ids)
+    want = sum(
+        (ref("alpha", prompt + list(s.token_ids[:t])) - ref(None, prompt + list(s.token_ids[:t])))[tok].item()
+        for t, tok in enumerate(s.token_ids)
+    )
+    assert abs(s.log_weight - want) < 1e-3
+    assert lm.trie.live_slots > 0 and view.trie.live_slots > 0

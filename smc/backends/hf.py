@@ -203,26 +203,35 @@ class HFLM(TokenizerPrompts, AsyncLM):
         *,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
+        quantization: Any = None,
         **kwargs: Any,
     ) -> "HFLM":
         """Load ``name`` (a Hub id or a local directory) with ``AutoModelForCausalLM``.
 
-        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA; other keyword arguments go to
-        the constructor.
+        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA; ``quantization`` is None,
+        "8bit", "4bit" (bitsandbytes, see ``smc.backends.quantization``) or a transformers
+        quantization config; other keyword arguments go to the constructor.
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from smc.backends.quantization import quantization_config
+
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch_dtype = _as_dtype(dtype, device)
+        config = quantization_config(quantization, device, torch_dtype)
+        extra: dict[str, Any] = {}
+        if config is not None:
+            # A quantized model is placed while it loads; moving it afterwards is not supported.
+            extra = {"quantization_config": config, "device_map": {"": str(device)}}
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **extra)
         except (OSError, ValueError) as e:
             raise ValueError(
                 f"cannot load model {name!r}: no such local directory, and the Hugging Face Hub "
                 f"has no such model or cannot be reached (offline?). Cause: {e}"
             ) from e
-        return cls(model.to(device), tokenizer, **kwargs)
+        return cls(model if config is not None else model.to(device), tokenizer, **kwargs)
 
     def _find_eos(self, n: int) -> list[int]:
         found: list[int] = []
