@@ -268,3 +268,30 @@ async def test_program_proposing_with_base_and_scoring_with_adapter(lm, world):
     )
     assert abs(s.log_weight - want) < 1e-3
     assert lm.trie.live_slots > 0 and view.trie.live_slots > 0
+
+
+@pytest.mark.slow
+def test_adapter_on_an_8bit_model(world):
+    """PEFT's bitsandbytes LoRA layers: the view equals PEFT's own forward with the adapter
+    active, on the same quantized model (8-bit rows are batch-independent, so 1e-4 holds)."""
+    pytest.importorskip("bitsandbytes")
+    import smc
+
+    *_, dirs, _ = world
+    lm = smc.load_lm(quantization="8bit", device="cpu")
+    view = lm.load_adapter(dirs["alpha"], "alpha")
+    ids = ids_of(40, 9)
+
+    async def both():
+        return await asyncio.gather(view.next_token_logprobs(ids), lm.next_token_logprobs(ids),
+                                    view.next_token_logprobs(ids[:5]))
+
+    got, base, _ = asyncio.run(both())
+    with torch.inference_mode():
+        lm._lora.peft_model.set_adapter("alpha")
+        want = torch.log_softmax(lm.model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+        lm._lora._deactivate()
+        plain = torch.log_softmax(lm.model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+    close(got, want)
+    close(base, plain)
+    assert (want - plain).abs().max().item() > 0.05
