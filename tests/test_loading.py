@@ -80,6 +80,7 @@ def test_unknown_model_is_a_clear_error():
         load_lm("no-such-org/no-such-model-xyz")
 
 
+@pytest.mark.slow
 def test_bad_backend_and_dtype():
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         load_lm(backend="tpu")
