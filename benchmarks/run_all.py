@@ -22,7 +22,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # script stem -> (module it needs, how to run it when that module is not in this environment)
-NEEDS = {"bench_vllm": ("vllm", "make test-vllm first, then .venv-vllm/bin/python benchmarks/bench_vllm.py")}
+NEEDS = {"bench_vllm": ("vllm", "make test-vllm first, then .venv-vllm/bin/python benchmarks/bench_vllm.py"),
+         "bench_quantization": ("bitsandbytes", "pip install 'smc-steer[quantization]', then rerun it"),
+         "bench_adapters": ("peft", "pip install 'smc-steer[adapters]', then rerun it")}
 
 
 def scripts(only: list[str] | None = None) -> list[Path]:

@@ -119,7 +119,7 @@ def default_device() -> str:
 #: seconds the Hub connectivity probe may take before the Hub counts as unreachable
 HUB_PROBE_TIMEOUT_S = 3.0
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9_.][A-Za-z0-9_.-]{0,95})?")
-_HF_KWARGS = {"max_batch", "cache_budget_bytes", "kv_cache"}
+_HF_KWARGS = {"max_batch", "cache_budget_bytes", "kv_cache", "quantization"}
 
 
 def check_device(device: Any) -> torch.device | None:
@@ -163,6 +163,9 @@ def _check_hf_kwargs(kwargs: dict[str, Any]) -> None:
                 raise ValueError(f"{key} must be an integer >= {low}, got {v!r}")
     if kwargs.get("kv_cache") not in (None, True, False):
         raise ValueError(f"kv_cache must be True, False or None, got {kwargs['kv_cache']!r}")
+    from smc.backends.quantization import check_quantization
+
+    check_quantization(kwargs.get("quantization"))
 
 
 def resolve_model_name(name: Any) -> str:
@@ -267,7 +270,10 @@ def load_lm(
         device: where the model runs; default CUDA when available, else CPU.
         dtype: weights' dtype; default float32 on CPU and bfloat16 on CUDA.
         kwargs: passed on to the backend's constructor (e.g. ``max_batch``,
-            ``cache_budget_bytes`` for the HF backend).
+            ``cache_budget_bytes`` for the HF backend). With the HF backend, ``quantization=
+            "8bit"`` or ``"4bit"`` loads the weights quantized by bitsandbytes (CUDA or CPU;
+            ``smc.backends.quantization``); with vLLM, ``quantization`` is vLLM's own engine
+            argument (e.g. ``"bitsandbytes"``, ``"awq"``).
     """
     if not isinstance(backend, str) or backend not in ("hf", "vllm"):
         raise ValueError(f"unknown backend {backend!r}; choose 'hf' or 'vllm'")
@@ -275,6 +281,11 @@ def load_lm(
     if name is not None:
         name = resolve_model_name(name)
     if backend == "vllm":
+        if kwargs.get("quantization") in ("8bit", "4bit"):
+            raise ValueError(
+                f"quantization={kwargs['quantization']!r} is the hf backend's; vLLM takes its own "
+                "engine argument (e.g. quantization='bitsandbytes' for a bitsandbytes 4-bit model)"
+            )
         if importlib.util.find_spec("vllm") is None:
             raise ImportError(
                 "backend='vllm' needs vLLM, which is not installed: pip install 'smc-steer[vllm]' "

@@ -14,6 +14,11 @@ A batch of contexts with cached prefixes of lengths c_r and n_r new tokens is la
 with P = max c_r and N = max n_r, an explicit 4-D mask (causal among real positions; a padded
 query sees only itself, so no row is all masked) and true positions c_r + k. The last column
 is then every row's last token, the only one whose logits are computed.
+
+LoRA adapters (`smc.backends.adapters`): ``lm.adapter(name)`` is a view whose log-probs are
+those of the model with that adapter. Every view (the base model included) is a *source* with
+its own prefix trie, so cached states and rows of different adapters never mix; a forward pass
+may hold rows of several sources, and PEFT applies each row's adapter (``adapter_names``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from smc.backends.adapters import BASE_ADAPTER, AdapterView, LoraRouter, Source
 from smc.backends.base import AsyncLM, NextTokenDists, new_counters
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
@@ -36,6 +42,7 @@ from smc.backends.vocab import build_vocab, eos_ids
 
 @dataclass
 class _Row:
+    src: Source
     ids: tuple[int, ...]
     past: Node
     new: tuple[int, ...]
@@ -124,15 +131,74 @@ class HFLM(TokenizerPrompts, AsyncLM):
                 "kv_cache=True needs a model whose layers all keep full-attention key/value "
                 "states of one shape"
             )
-        slot_numel = math.prod(self._kv_shape) if self._kv_shape else 0
-        self.trie = KVTrie(
-            slot_numel=slot_numel,
+        self._cache_budget = cache_budget_bytes
+        self._base = Source(BASE_ADAPTER, self._new_trie(cache_budget_bytes))
+        self.trie = self._base.trie
+        self._lora: LoraRouter | None = None  # created by the first load_adapter
+        self._adapters: dict[str, Source] = {}
+        self._batcher: AutoBatcher[tuple[Source, tuple[int, ...]], torch.Tensor | None] = AutoBatcher(
+            self._forward, max_batch
+        )
+
+    def _new_trie(self, budget_bytes: int) -> KVTrie:
+        return KVTrie(
+            slot_numel=math.prod(self._kv_shape) if self._kv_shape else 0,
             dtype=self.dtype,
             device=self.device,
-            row_bytes=4 * len(vocab),
-            budget_bytes=cache_budget_bytes,
+            row_bytes=4 * len(self.vocab),
+            budget_bytes=budget_bytes,
         )
-        self._batcher: AutoBatcher[tuple[int, ...], torch.Tensor] = AutoBatcher(self._forward, max_batch)
+
+    # ------------------------------------------------------------------ adapters
+    def load_adapter(self, path_or_hub_id: str, name: str, *, cache_budget_bytes: int | None = None) -> AdapterView:
+        """Load a PEFT LoRA adapter onto the model as ``name``; returns ``self.adapter(name)``.
+
+        PEFT adds the LoRA branches to ``lm.model`` in place, but no adapter is active: a plain
+        ``lm.model(...)`` call, and ``lm`` itself, still compute log p_base; only requests
+        through the view apply the adapter.
+
+        Args:
+            path_or_hub_id: a directory written by PEFT's ``save_pretrained`` (with
+                adapter_config.json), or a Hub id of one.
+            name: the adapter's name (letters, digits, '_' and '-'); unique among loaded ones.
+            cache_budget_bytes: the view's own cache budget (default: the base's).
+        """
+        if name in self._adapters:
+            raise ValueError(f"an adapter named {name!r} is already loaded; unload_adapter({name!r}) first")
+        budget = self._cache_budget if cache_budget_bytes is None else cache_budget_bytes
+        trie = self._new_trie(budget)  # checks the budget before the (slow) load
+        if self._lora is None:
+            self._lora = LoraRouter(self.model)
+        self._lora.load(path_or_hub_id, name)
+        src = Source(name, trie)
+        src.view = AdapterView(self, src)
+        self._adapters[name] = src
+        return src.view
+
+    def adapter(self, name: str) -> AdapterView:
+        """The backend view of loaded adapter ``name``: the same protocol as ``self``, with
+        log p_name(. | ids); it shares ``stats`` and the batcher with ``self``."""
+        src = self._adapters.get(name)
+        if src is None:
+            loaded = ", ".join(map(repr, self._adapters)) or "none"
+            raise KeyError(f"no adapter named {name!r} is loaded (loaded: {loaded}); use load_adapter")
+        return src.view
+
+    @property
+    def adapters(self) -> list[str]:
+        """Names of the loaded adapters."""
+        return list(self._adapters)
+
+    def unload_adapter(self, name: str) -> None:
+        """Remove adapter ``name`` from the model and drop its cache. Its view stops working
+        (requests raise, also those already waiting); a later ``load_adapter`` under the same
+        name makes a new view with an empty cache."""
+        src = self._adapters.pop(name, None)
+        if src is None:
+            raise KeyError(f"no adapter named {name!r} is loaded")
+        src.live = False
+        src.trie.clear()
+        self._lora.unload(name)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -142,26 +208,35 @@ class HFLM(TokenizerPrompts, AsyncLM):
         *,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
+        quantization: Any = None,
         **kwargs: Any,
     ) -> "HFLM":
         """Load ``name`` (a Hub id or a local directory) with ``AutoModelForCausalLM``.
 
-        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA; other keyword arguments go to
-        the constructor.
+        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA; ``quantization`` is None,
+        "8bit", "4bit" (bitsandbytes, see ``smc.backends.quantization``) or a transformers
+        quantization config; other keyword arguments go to the constructor.
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from smc.backends.quantization import quantization_config
+
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch_dtype = _as_dtype(dtype, device)
+        config = quantization_config(quantization, device, torch_dtype)
+        extra: dict[str, Any] = {}
+        if config is not None:
+            # A quantized model is placed while it loads; moving it afterwards is not supported.
+            extra = {"quantization_config": config, "device_map": {"": str(device)}}
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **extra)
         except (OSError, ValueError) as e:
             raise ValueError(
                 f"cannot load model {name!r}: no such local directory, and the Hugging Face Hub "
                 f"has no such model or cannot be reached (offline?). Cause: {e}"
             ) from e
-        return cls(model.to(device), tokenizer, **kwargs)
+        return cls(model if config is not None else model.to(device), tokenizer, **kwargs)
 
     def _find_max_context(self) -> int | None:
         config = self.model.config.get_text_config()
@@ -196,77 +271,102 @@ class HFLM(TokenizerPrompts, AsyncLM):
 
     # ------------------------------------------------------------------ scoring
     async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:
+        return await self._score(self._base, ids)
+
+    async def _score(self, src: Source, ids: tuple[int, ...]) -> torch.Tensor:
+        """log p_src(. | ids): from ``src``'s trie, else from a batched forward pass."""
+        src.check_live()
         self.stats["requests"] += 1
-        hit = self.trie.cached_logprobs(ids)
+        hit = src.trie.cached_logprobs(ids)
         if hit is not None:
             self.stats["cache_hits"] += 1
             return hit.clone()
         # The batch hands out its own rows; the trie keeps copies, so callers may modify theirs.
-        return await self._batcher.submit(ids)
+        row = await self._batcher.submit((src, ids))
+        if row is None:
+            src.check_live()  # unloaded while the request waited: raises
+        return row
 
     def clear_cache(self) -> None:
-        """Forget every cached state and log-prob row."""
+        """Forget every cached state and log-prob row (of the base model and every adapter)."""
         self.trie.clear()
+        for src in self._adapters.values():
+            src.trie.clear()
 
     async def batch_next_token_dists(self, batch: Sequence[Sequence[int]]) -> NextTokenDists:
         """NextTokenDists of every context, computed on the model's device inside the forward
         (float64 log-softmax, its exp and cumsum): no row leaves the device. Distinct contexts
         are run once (in forward passes of at most ``max_batch`` rows); log-prob rows are not
         cached (a population's contexts are new at every step; KV states are)."""
-        requests = [self.check_ids(ids) for ids in batch]
-        self.stats["requests"] += len(requests)
-        return self._dists(requests)
+        return self._dists(self._base, [self.check_ids(ids) for ids in batch])
 
     @torch.inference_mode()
-    def _dists(self, requests: list[tuple[int, ...]]) -> NextTokenDists:
+    def _dists(self, src: Source, requests: list[tuple[int, ...]]) -> NextTokenDists:
+        src.check_live()
+        self.stats["requests"] += len(requests)
         distinct = list(dict.fromkeys(requests))
         step = self._batcher.max_batch
         parts = []
         for k in range(0, len(distinct), step):
-            rows = self._rows(distinct[k : k + step])
+            rows = self._rows([(src, ids) for ids in distinct[k : k + step]])
             logp, states = self._run(rows)
             self._cache(rows, states, None)  # the population path keeps no rows: KV states only
             parts.append(logp)
-        self.trie.evict()
+        src.trie.evict()
         logp = parts[0] if len(parts) == 1 else torch.cat(parts)
         if len(distinct) < len(requests):
             where = {ids: k for k, ids in enumerate(distinct)}
             logp = logp[torch.tensor([where[ids] for ids in requests], device=logp.device)]
         return NextTokenDists(logp.float(), torch.cumsum(torch.exp(logp), dim=-1))
 
-    def _rows(self, distinct: list[tuple[int, ...]]) -> list[_Row]:
+    def _rows(self, distinct: list[tuple[Source, tuple[int, ...]]]) -> list[_Row]:
         rows: list[_Row] = []
-        for ids in distinct:
+        for src, ids in distinct:
             # The last token is always run: its logits are what is asked for.
-            past = self.trie.longest_prefix(ids, len(ids) - 1) if self._kv_shape else self.trie.root
-            rows.append(_Row(ids, past, ids[past.depth :]))
+            past = src.trie.longest_prefix(ids, len(ids) - 1) if self._kv_shape else src.trie.root
+            rows.append(_Row(src, ids, past, ids[past.depth :]))
         return rows
 
     @torch.inference_mode()
-    def _forward(self, requests: list[tuple[int, ...]]) -> list[torch.Tensor]:
-        """One forward pass for the distinct contexts among ``requests``."""
-        rows = self._rows(list(dict.fromkeys(requests)))
-        logp, states = self._run(rows)
-        logprobs = list(logp.float().cpu().unbind(0))
-        self._cache(rows, states, logprobs)
-        out = {r.ids: lp for r, lp in zip(rows, logprobs)}
-        self.trie.evict()
-        given: set[tuple[int, ...]] = set()
-        results = []
-        for ids in requests:
+    def _forward(self, requests: list[tuple[Source, tuple[int, ...]]]) -> list[torch.Tensor | None]:
+        """One forward pass for the distinct (source, context) pairs among ``requests``; None
+        for a request whose adapter was unloaded while it waited."""
+        rows = self._rows([key for key in dict.fromkeys(requests) if key[0].live])
+        out: dict[tuple[Source, tuple[int, ...]], torch.Tensor] = {}
+        if rows:
+            logp, states = self._run(rows)
+            logprobs = list(logp.float().cpu().unbind(0))
+            self._cache(rows, states, logprobs)
+            out = {(r.src, r.ids): lp for r, lp in zip(rows, logprobs)}
+            for src in {id(r.src): r.src for r in rows}.values():
+                src.trie.evict()
+        given: set[tuple[Source, tuple[int, ...]]] = set()
+        results: list[torch.Tensor | None] = []
+        for key in requests:
             # Each caller gets a tensor of its own, also when several asked the same thing.
-            results.append(out[ids].clone() if ids in given else out[ids])
-            given.add(ids)
+            row = out.get(key)
+            results.append(row.clone() if row is not None and key in given else row)
+            given.add(key)
         return results
 
     def _cache(self, rows: list[_Row], states: torch.Tensor | None,
                logprobs: list[torch.Tensor] | None) -> None:
-        """Put the rows' new positions (and, when given, their log-prob rows) into the trie."""
-        self.stats["recomputed_positions"] += self.trie.insert(
-            [(r.ids, r.past, r.new, None if logprobs is None else logprobs[b])
-             for b, r in enumerate(rows)],
-            states,
-        )
+        """Put the rows' new positions (and, when given, their log-prob rows) into their
+        sources' tries (``states``: the rows' new positions, concatenated in row order)."""
+        groups: dict[int, list[int]] = {}
+        for b, r in enumerate(rows):
+            groups.setdefault(id(r.src), []).append(b)
+        offsets = np.cumsum([0] + [len(r.new) for r in rows])
+        for members in groups.values():
+            part = states
+            if states is not None and len(groups) > 1:
+                index = np.concatenate([np.arange(offsets[b], offsets[b + 1]) for b in members])
+                part = states[torch.from_numpy(index).to(states.device)]
+            self.stats["recomputed_positions"] += rows[members[0]].src.trie.insert(
+                [(rows[b].ids, rows[b].past, rows[b].new, None if logprobs is None else logprobs[b])
+                 for b in members],
+                part,
+            )
 
     def _run(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log p(. | r.ids) for every row as float64 [B, V] on the device, running only
@@ -313,14 +413,18 @@ class HFLM(TokenizerPrompts, AsyncLM):
             for b, r in enumerate(rows):
                 if c[b]:
                     slots[b, P - c[b] : P] = r.past.path
-            flat = torch.from_numpy(slots.reshape(-1)).to(dev)
-            states = self.trie.pool.index_select(0, flat).view(B, P + N, *self._kv_shape)
+            states = self._gather(rows, slots)
             layers = [
                 _PooledLayer(states[:, :, i, 0], states[:, :, i, 1], P)
                 for i in range(self._kv_shape[0])
             ]
             kwargs["past_key_values"] = Cache(layers=layers)
-        logits = self.model(**kwargs).logits[:, -1, : len(self.vocab)]
+        if self._lora is None:
+            logits = self.model(**kwargs).logits[:, -1, : len(self.vocab)]
+        else:
+            # PEFT's mixed batch: each row's LoRA layers add only that row's adapter.
+            with self._lora.rows([r.src.peft_name for r in rows]):
+                logits = self.model(**kwargs).logits[:, -1, : len(self.vocab)]
         # Normalized in float64 so that rows sum to 1 to float32 precision.
         logprobs = torch.log_softmax(logits.double(), dim=-1)
 
@@ -332,3 +436,19 @@ class HFLM(TokenizerPrompts, AsyncLM):
         if self._kv_shape is not None:
             new_states = states[:, P:][torch.from_numpy(real_new).to(dev)]
         return logprobs, new_states
+
+    def _gather(self, rows: list[_Row], slots: np.ndarray) -> torch.Tensor:
+        """The batch's past states [B, P + N, *kv_shape]: ``slots[b]`` read from row b's trie
+        (slot 0, zero, wherever nothing is cached)."""
+        B, T = slots.shape
+        dev = self.device
+        tries = {id(r.src.trie): r.src.trie for r in rows}
+        if len(tries) == 1:
+            pool = next(iter(tries.values())).pool
+            return pool.index_select(0, torch.from_numpy(slots.reshape(-1)).to(dev)).view(B, T, *self._kv_shape)
+        states = torch.empty((B, T, math.prod(self._kv_shape)), dtype=self.dtype, device=dev)
+        for key, trie in tries.items():
+            members = [b for b, r in enumerate(rows) if id(r.src.trie) == key]
+            flat = torch.from_numpy(slots[members].reshape(-1)).to(dev)
+            states[torch.tensor(members, device=dev)] = trie.pool.index_select(0, flat).view(len(members), T, -1)
+        return states.view(B, T, *self._kv_shape)
