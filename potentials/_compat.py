@@ -17,7 +17,7 @@ it. Every use in the project goes through this module (users in brackets):
 what the resolver returns), and names the module at fault; ``require(group)`` raises
 ``IncompatibleUpstream`` with those messages, once per process, before the first regex is
 compiled or the first schema is read, so an incompatible upgrade fails loudly at the door
-instead of building a wrong automaton. tests/test_compat.py runs the same checks.
+instead of building a wrong automaton. tests/potentials/test_compat.py runs the same checks.
 """
 
 from __future__ import annotations

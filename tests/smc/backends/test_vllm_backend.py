@@ -24,7 +24,7 @@ from smc.loading import embedded_model_dir  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 # Max |log p_vllm - log p_hf| over the whole vocabulary, same fp32 weights (measured ~1e-4:
 # different matmul and attention kernels).
 ATOL = 2e-3

@@ -13,9 +13,9 @@ import pytest
 import smc
 from smc.backends.base import LM_MEMBERS, LMBackend, check_backend, is_lm, missing_members
 from smc.backends.vocab import eos_ids
-from tests.test_counters import fake_vllm  # noqa: F401  (a fixture: the vLLM backend, fake engine)
+from tests.smc.backends.test_counters import fake_vllm  # noqa: F401  (a fixture: the vLLM backend, fake engine)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def toy() -> smc.ToyLM:

@@ -306,7 +306,7 @@ def test_gpu_benchmark_runs_on_cpu_with_a_tiny_config():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
     import bench_gpu
 
     (row,) = bench_gpu.run("tiny", "cpu", [3], 3, ["none"])

@@ -278,7 +278,7 @@ class TestContainerCheckContract(MaskKeyContract):
 async def test_embedded_vocabulary_masks_agree_with_brute_force(embedded_lm):
     """Lifted masks of a draft-4 schema and of a container check (the mask_key then carries
     the container's text) equal token-by-token advancing over the whole vocabulary."""
-    from tests.test_lift import brute_force
+    from tests.potentials.test_lift import brute_force
 
     lm = embedded_lm
     eos, special = set(lm.eos_token_ids), set(lm.special_token_ids)

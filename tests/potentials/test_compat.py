@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from potentials import _compat
 from potentials._compat import C, IncompatibleUpstream, problems, subtrees
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PRIVATE = re.compile(r"re\._parser|re\._constants|\b_sre\b|jsonschema\._utils|\._resolver\b|"
                      r"_resolver=|_base_uri|getwidth\(|\.state\.flags|sre_parse|sre_c\b")
 

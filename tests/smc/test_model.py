@@ -8,7 +8,7 @@ import pytest
 
 from smc.engine import smc
 from smc.model import Bernoulli, Categorical, LMContext, Model
-from tests.test_engine import LMS, PREDICATE, phi_complete
+from tests.smc.test_engine import LMS, PREDICATE, phi_complete
 from tests.toy_problems import exact_target
 
 EOS = 2

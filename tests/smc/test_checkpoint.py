@@ -21,13 +21,13 @@ import pytest
 
 import smc
 import smc.checkpoint as ck
-from checkpoint_programs import CONSTRAINT, Words, make_lm
+from tests.checkpoint_programs import CONSTRAINT, Words, make_lm
 from potentials import JSONSchema, Predicate, Regex
 from smc.checkpoint import CheckpointError, read_header
 from smc.model import ConstrainedGeneration, Shared, clone_state, is_shared
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def same_result(a: smc.Result, b: smc.Result) -> None:
@@ -204,7 +204,7 @@ CHILD = textwrap.dedent("""
     import asyncio, sys
     sys.path[:0] = [{root!r}, {tests!r}]
     import smc
-    from checkpoint_programs import CONSTRAINT, Words, make_lm
+    from tests.checkpoint_programs import CONSTRAINT, Words, make_lm
     model = Words(make_lm(delay={delay}), CONSTRAINT, 10)
     asyncio.run(smc.smc(model, 8, seed=7, ess_threshold=0.9, progress=False, checkpoint={path!r}))
 """)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from potentials.testing import MaskKeyContract, PlainTextBudgetContract, PotentialContract
-from test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_lm
+from tests.potentials.test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_lm
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.json_schema import JSONSchema

@@ -21,7 +21,7 @@ import smc
 from potentials.base import NEG_INF
 from potentials.regex import Regex
 
-DATA = Path(__file__).parent / "data" / "patterns_subset.csv"
+DATA = Path(__file__).parents[1] / "data" / "patterns_subset.csv"
 
 
 def _rows() -> list[dict]:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from smc import cli
-from tests.test_generate import toy
+from tests.smc.test_generate import toy
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import pytest
 
 # A copy of ../shared/conformance/json-schema-test-suite (see its SOURCE.txt), kept in the
 # repository so that the suite runs wherever the clone lives.
-SUITE = Path(__file__).resolve().parent / "data" / "json-schema-test-suite"
+SUITE = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite"
 DRAFT = SUITE / "tests" / "draft2020-12"
 REMOTE_BASE = "http://localhost:1234/"
 
