@@ -23,8 +23,8 @@ when present, ``clear_cache`` and ``close`` are for the user:
                                              population step's input; without it
                                              they are derived from
                                              batch_next_token_logprobs)
-    is_chat: bool                            the tokenizer has a chat template       HF, vLLM
-    encode_chat(text, system=None)           prompt ids with the chat template       HF, vLLM
+    is_chat: bool                            the tokenizer has a chat template       HF, vLLM, ToyLM(chat_template=)
+    encode_chat(prompt, system=None)         prompt ids with the chat template       HF, vLLM, ToyLM(chat_template=)
     clear_cache()                            forget cached states and rows           HF
     close()                                  release the engine (idempotent)         vLLM
 
