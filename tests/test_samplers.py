@@ -344,3 +344,62 @@ def test_corrected_cdf_draw_equals_inverse_cdf_on_the_restricted_row():
             assert math.isclose(got[1], q[got[0]], rel_tol=1e-9)
             assert math.isclose(got[2], math.log(restricted.sum()), rel_tol=1e-9, abs_tol=1e-12)
     assert hits > 200
+
+
+def test_corrected_cdf_draw_with_removals_between_draws():
+    """Removals after the first corrected draw update the sorted removed indices in place; the
+    draws then equal those of a pool that saw every removal before its first draw, and inverse_cdf
+    on the zeroed row."""
+    from samplers.awrs import _Pool
+
+    rng = np.random.default_rng(4)
+    checked = 0
+    for _ in range(200):
+        n = int(rng.integers(3, 80))
+        logp = np.log(rng.dirichlet(np.full(n, 0.3)))
+        candidate, row, cdf = cpu_stream(logp, BlockDraw(np.empty(0), 0, np.empty(0)))
+        q, _ = row()
+        live = _Pool(None, row, cdf)
+        gone: list[int] = []
+        for k in rng.permutation(n)[: int(rng.integers(1, n))]:
+            u = rng.random()
+            got = live._corrected(u)
+            fresh = _Pool(None, row, cdf)
+            for d in gone:
+                fresh.remove(d, float(q[d]))
+            assert got == fresh._corrected(u)
+            if got is not None:
+                restricted = q.copy()
+                restricted[gone] = 0.0
+                assert got[0] == inverse_cdf(restricted, u)
+                checked += 1
+            live.remove(int(k), float(q[k]))
+            gone.append(int(k))
+            if live.removed_mass > 1 - 1e-3:
+                break
+        assert live._ri == sorted(gone) or live._ri is None
+    assert checked > 500
+
+
+def test_log_inv_times_batch_equals_one_at_a_time():
+    """The batched integral (common grid length, padded rates) agrees with each path alone and
+    with the closed forms; bad paths are named."""
+    from samplers.awrs import log_inv_times
+
+    rng = np.random.default_rng(5)
+    paths = [[0.0, 0.0], [0.0, -1.0], [0.0, -2.0, -2.0], [0.0, -300.0, -300.0, -300.0]]
+    for _ in range(50):
+        r = np.sort(np.log(rng.random(int(rng.integers(3, 30)))))[::-1]
+        paths.append((np.round(r, 1) if rng.random() < 0.5 else r).tolist())
+    together = log_inv_times(paths)
+    alone = [log_inv_times([p])[0] for p in paths]
+    np.testing.assert_allclose(together, alone, rtol=1e-13, atol=1e-13)
+    assert abs(together[0] - 0.0) < 1e-15 and abs(together[2] - log_inv_time([0.0, -2.0, -2.0])) < 1e-13
+    # three rates 1, m, m: int 1/(1+s) (m/(m+s))^2 ds in closed form
+    m = math.exp(-2.0)
+    exact = m * m * (math.log(m) / (1 - m) ** 2 + 1 / (m * (1 - m)))
+    assert abs(together[2] - math.log(exact)) < 1e-10
+    with pytest.raises(ValueError, match="at least two rates"):
+        log_inv_times([[0.0, -1.0], [0.0]])
+    with pytest.raises(ValueError, match="finite"):
+        log_inv_times([[0.0, -math.inf, -1.0]])
