@@ -128,6 +128,27 @@ class Machine:
                 best = room
         return best
 
+    def plain_text_key(self, configs: frozenset) -> tuple[frozenset, float] | None:
+        """(k, B) of ``BytePotential.plain_text_key`` when every configuration is inside a
+        string, between characters, with no enum/const literals, and all have the same room
+        B = maxLength - characters read: plain text w then lives iff it has at most B characters
+        and every configuration's pattern automata survive its bytes, which depends only on
+        k = {(automata, their states)}. Else None."""
+        room = None
+        parts = []
+        for node in configs:
+            f = node.frame
+            if f[0] != STR or f[2] != 0 or f[3] is not None or f[7] is not None:
+                return None
+            facts = f[1].string
+            r = facts.max_len - f[4]
+            if room is None:
+                room = r
+            elif r != room:
+                return None
+            parts.append((facts.dfas, f[5]))
+        return None if room is None else (frozenset(parts), room)
+
     @staticmethod
     def pending(configs: frozenset) -> bool:
         """Does ``settle`` have work in ``configs`` (an opening to stamp, a CHECK to decide)?"""

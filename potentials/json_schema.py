@@ -217,6 +217,9 @@ class JSONSchema(BytePotential[JSONState]):
     def plain_text_budget(self, state: JSONState) -> float | None:
         return self.machine.plain_text_budget(state.configs)
 
+    def plain_text_key(self, state: JSONState) -> tuple[Any, float] | None:
+        return self.machine.plain_text_key(state.configs)
+
     async def state_prefix(self, state: JSONState) -> float:
         return 0.0 if state.configs else NEG_INF
 

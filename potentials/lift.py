@@ -15,11 +15,17 @@ walks a byte trie of the whole vocabulary from the state of x, skipping every su
 shared bytes already kill the prefix. For Boolean potentials the resulting mask is shared by
 states with equal ``mask_key``, and where the potential gives a ``plain_text_budget`` B (inside
 a JSON string), plain tokens are decided at once (alive iff at most B characters) and only the
-few others (quotes, escapes, control bytes, partial characters) are walked.
+few others (quotes, escapes, control bytes, partial characters) are walked. Where it gives a
+``plain_text_key`` (k, B) instead (inside a JSON string with a ``pattern``), the plain tokens'
+liveness L_k is walked once per key and kept (for the largest budget seen), and each mask is
+that cached set cut to at most B characters plus the walk of the few others. Masks of at most
+``support_limit`` allowed tokens also keep their token ids (``known_support``), so a sampler at
+such a state needs no checks.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
@@ -98,6 +104,13 @@ def vocab_trie(lm: Any, skip: set[int]) -> VocabTrie:
     return _per_lm(lm, ("trie", tuple(sorted(skip))), lambda: VocabTrie(lm.vocab, skip))
 
 
+def plain_trie(lm: Any, skip: set[int]) -> VocabTrie:
+    """The trie of ``lm``'s plain-text tokens (``is_plain_text``) without the ``skip`` ids."""
+    plain = plain_tokens(lm, skip)[0]
+    return _per_lm(lm, ("plain-trie", tuple(sorted(skip))),
+                   lambda: VocabTrie(lm.vocab, set(np.flatnonzero(~plain).tolist())))
+
+
 def plain_tokens(lm: Any, skip: set[int]) -> tuple[np.ndarray, np.ndarray, VocabTrie]:
     """(which tokens are plain text, their character counts, the trie of all other tokens),
     ``skip`` ids excluded everywhere; built once per LM and skip set."""
@@ -146,6 +159,13 @@ class Lifted(Potential):
         # DFA state, a JSON recognizer's configurations): one mask per key, shared by particles
         self._masks: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.mask_cache_size = 256
+        # the allowed non-EOS tokens of the cached masks with at most support_limit of them
+        # (known_support): samplers then need no constraint checks at such a state
+        self._supports: dict[Any, np.ndarray] = {}
+        self.support_limit = 4096
+        # plain_text_key k -> (which plain tokens satisfy L_k among those of at most B chars, B)
+        self._plain_masks: OrderedDict[Any, tuple[np.ndarray, float]] = OrderedDict()
+        self.plain_mask_cache_size = 64
         self._root_live: bool | None = None
         self.stats = {"tokens_checked": 0, "trie_nodes_visited": 0, "state_cache_hits": 0,
                       "state_cache_misses": 0, "mask_cache_hits": 0}
@@ -249,8 +269,11 @@ class Lifted(Potential):
                 mask = await self._mask(state)
                 if key is not None:
                     self._masks[key] = mask
+                    allowed = np.flatnonzero(mask)
+                    if len(allowed) <= self.support_limit:
+                        self._supports[key] = allowed
                     if len(self._masks) > self.mask_cache_size:
-                        self._masks.popitem(last=False)
+                        self._supports.pop(self._masks.popitem(last=False)[0], None)
             else:
                 self._masks.move_to_end(key)
                 self.stats["mask_cache_hits"] += 1
@@ -261,16 +284,51 @@ class Lifted(Potential):
             out[e] = done
         return out
 
+    async def known_support(self, ctx: Sequence[int]) -> np.ndarray | None:
+        """The allowed tokens (EOS included when the text may end) of a Boolean potential at
+        ``ctx`` when a mask with at most ``support_limit`` tokens is cached for its state's
+        ``mask_key`` (see ``Potential.known_support``); None otherwise."""
+        if not self._supports:
+            return None
+        state, base = await self._base(ctx)
+        if base == NEG_INF:
+            return np.zeros(0, dtype=np.int64)
+        key = self.potential.mask_key(state)
+        allowed = None if key is None else self._supports.get(key)
+        if allowed is None:
+            return None
+        self.stats["mask_cache_hits"] += 1
+        if await self.potential.state_complete(state) - base > NEG_INF:
+            allowed = np.union1d(allowed, self.eos_ids)
+        return allowed
+
     async def _mask(self, state: Any) -> np.ndarray:
         """Boolean potentials: which non-EOS tokens keep the byte state alive."""
         budget = self.potential.plain_text_budget(state)
+        key = None
         if budget is None:
-            return np.isfinite(await self._walk(state, 0.0, self._full_trie()))
+            split = self.potential.plain_text_key(state)
+            if split is None:
+                return np.isfinite(await self._walk(state, 0.0, self._full_trie()))
+            key, budget = split
         if self._plain is None:
             self._plain = plain_tokens(self.lm, set(self._eos | self._blocked))
         plain, chars, others = self._plain
         mask = np.isfinite(await self._walk(state, 0.0, others))
-        mask |= plain & (chars <= budget)
+        if key is None:
+            mask |= plain & (chars <= budget)
+            return mask
+        got = self._plain_masks.get(key)
+        if got is None or got[1] < budget:
+            # L_k on the plain tokens of at most `budget` characters (all of them when no plain
+            # token is longer): valid for every later state of key k with a budget <= this one
+            alive = np.isfinite(await self._walk(state, 0.0, plain_trie(self.lm, set(self._eos | self._blocked))))
+            got = self._plain_masks[key] = (alive, math.inf if budget >= chars.max(initial=0) else budget)
+            if len(self._plain_masks) > self.plain_mask_cache_size:
+                self._plain_masks.popitem(last=False)
+        else:
+            self._plain_masks.move_to_end(key)
+        mask |= got[0] & (chars <= budget)
         return mask
 
     def _full_trie(self) -> VocabTrie:

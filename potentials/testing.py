@@ -14,6 +14,7 @@ with x a in the contexts' closure under one more symbol):
     logw_next(x)[a]   = prefix(x a) - prefix(x)
     logw_next(x)[EOS] = complete(x) - prefix(x)
     logw_subset and the batch methods equal the single versions.
+    known_support(x), where not None, is the live positions of logw_next(x), all of weight 0.
 
 Two mixins check the claims a BytePotential may make to speed up lifting; a test class adds
 them when its potential makes the claim, and its contexts must exercise it:
@@ -113,6 +114,21 @@ class PotentialContract:
             sub = await pot.logw_subset(ctx, syms)
             for a, v in zip(syms, sub):
                 assert same(v, logw[a]), (ctx, a, v, logw[a])
+
+    @_sync
+    async def test_known_support_matches_logw_next(self):
+        """Where ``known_support`` answers (after the contexts' masks were computed), it is
+        exactly the live positions of logw_next, each of log weight 0."""
+        pot = self.potential()
+        ctxs = list(self.contexts())
+        rows = [await pot.logw_next(ctx) for ctx in ctxs]
+        for ctx, logw in zip(ctxs, rows):
+            support = await pot.known_support(ctx)
+            if support is None:
+                continue
+            live = np.flatnonzero(logw > NEG_INF)
+            assert np.asarray(support).tolist() == live.tolist(), (ctx, support, live)
+            assert np.all(logw[live] == 0.0), (ctx, logw[live])
 
     @_sync
     async def test_batch_methods_match_single(self):

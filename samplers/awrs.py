@@ -32,6 +32,14 @@ function, and a stays in the pool (only w = 0 removes it). Accepted arrivals are
 process of rate Z = sum_a p(a) w(a) with marks ~ p w / Z, and everything above holds with the
 coins added to the path. A check (or the cap) that finds a log weight > 0 raises ValueError:
 such potentials need the direct sampler. ``max_draws`` caps thinning loops like ``max_checks``.
+
+Known support. When the potential already knows the allowed set A at the context, with every
+weight there exactly 0 (``Potential.known_support``: a lifted Boolean constraint whose mask for
+the context's state is cached and small), the step is exact instead: a ~ p 1_A / Z with weight
+Z = p(A), read from the row's CDF at A only (O(|A|), no checks). Properly weighted for the same
+target (E[Z f(a)] = sum_{a in A} p(a) f(a)), with no variance in the local weight. Which of the
+two a step takes depends on the context and the potential's caches (filled by earlier steps, of
+any particle), never on this particle's own draws, so each step stays properly weighted.
 """
 
 from __future__ import annotations
@@ -275,7 +283,7 @@ class AWRSSampler(TokenSampler):
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
         self.max_checks, self.max_draws = max_checks, max_draws
-        self.stats.update(fallbacks=0, draws=0)
+        self.stats.update(fallbacks=0, draws=0, exact_steps=0)
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
         """Reference path: one particle on the CPU; the stream (if the draw has stream
@@ -294,11 +302,10 @@ class AWRSSampler(TokenSampler):
         out: list[tuple[int, float]] = []
         paths: list[tuple[int, list[float]]] = []  # (particle, rates) whose weight is pending
         for (ctx, draw), st in zip(items, streams):
-            tokens, probs = st.tokens, st.probs
-            if self.potential is None and probs[0] > 0.0:
-                out.append((tokens[0], 0.0))  # the common case, without building a pool
+            if self.potential is None and st.probs[0] > 0.0:
+                out.append((st.tokens[0], 0.0))  # the common case, without building a pool
                 continue
-            pool = _Pool(lambda j, t=tokens, q=probs: (t[j], q[j]) if j < len(t) else None, st.row, st.cdf)
+            pool = _Pool(st.candidate, st.row, st.cdf)
             token, w = await self._simulate(ctx, pool, draw)
             if type(w) is list:
                 paths.append((len(out), w))
@@ -318,6 +325,9 @@ class AWRSSampler(TokenSampler):
         if self.potential is None:
             got = pool.next(draw)
             return (got[0], 0.0) if got is not None else (self.dead_token(pool.log_row()), NEG_INF)
+        support = await self.potential.known_support(ctx)
+        if support is not None:
+            return self._exact_on(support, pool, draw)
         checked: dict[int, float] = {}
         log_rates: list[float] = []
         first: int | None = None
@@ -372,6 +382,16 @@ class AWRSSampler(TokenSampler):
         if first is None:
             first = int(allowed[int(draw(probs))])
         return first, log_rates + [log_z] * (2 - seen)
+
+    def _exact_on(self, support: np.ndarray, pool: _Pool, draw: Draw) -> tuple[int, float]:
+        """The exact step when the allowed set A (all weights 0) is known: a ~ q 1_A / Z with
+        weight log Z, Z = q(A), properly weighted since E[Z f(a)] = sum_{a in A} q(a) f(a).
+        O(|A|): q is read from the CDF at A."""
+        self.stats["exact_steps"] += 1
+        probs, log_z = normalized(pool.log_q_at(support))
+        if log_z == NEG_INF:
+            return self.dead_token(pool.log_row()), NEG_INF
+        return int(support[int(draw(probs))]), log_z
 
     @staticmethod
     def _check_weight(v: float, token: int) -> float:

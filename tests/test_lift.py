@@ -242,3 +242,34 @@ async def test_embedded_vocabulary_json_masks_agree_with_brute_force(embedded_lm
         np.testing.assert_array_equal(got, want, err_msg=text)
     # the name's string states took the shortcut: tokens longer than the room left are dead
     assert byte_pot.plain_text_budget(byte_pot.state_of(b'{"name": "abcd')) == 1
+
+
+JSON_TOY_VOCAB = [b"[", b"]", b'"', b",", b"a", b"b", b"ab", b"/", b"a/", b"aaaa", b'"]', b'",', b"bb/b",
+                  b"\xc3", b"\xa9", "é".encode(), b"<eos>", b"\\n", b'a"', b" "]
+
+
+async def test_pattern_string_masks_reuse_the_plain_mask_per_automaton_state():
+    """Inside a string with a pattern, the plain tokens' mask is computed once per automaton
+    state (plain_text_key) and cut to the room left by maxLength; every mask still equals the
+    brute force, also when a later string of the same clause starts with more room."""
+    eos = JSON_TOY_VOCAB.index(b"<eos>")
+    lm = ToyLM(JSON_TOY_VOCAB, b"<eos>", lambda ids: [1 / len(JSON_TOY_VOCAB)] * len(JSON_TOY_VOCAB))
+    schema = {"type": "array", "items": {"type": "string", "pattern": "^[ab]+/?[ab]*$", "maxLength": 6}}
+    byte_pot = JSONSchema(schema)
+    lifted = byte_pot.lift(lm)
+    texts = ['["', '["a', '["ab', '["aba', '["ab/', '["ab/b', '["ab/bb', '["abab/b', '["a/","',
+             '["a/","a', '["a/","b', '["a/","ab']
+    keys = set()
+    for text in texts:
+        ctx_bytes = text.encode()
+        state = byte_pot.state_of(ctx_bytes)
+        assert byte_pot.plain_text_budget(state) is None  # the pattern: no plain budget
+        split = byte_pot.plain_text_key(state)
+        assert split is not None and split[1] == 6 - len(text.rsplit('"', 1)[1])
+        keys.add(split[0])
+        ctx = tuple(lm.encode(text))
+        want = await brute_force(byte_pot, JSON_TOY_VOCAB, {eos}, set(), ctx_bytes)
+        np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
+    # one plain mask per automaton state, shared by the strings' positions
+    assert len(keys) <= 5 < len(texts) and len(lifted._plain_masks) == len(keys)
+    assert byte_pot.plain_text_key(byte_pot.state_of(b"[")) is None  # not inside a string
