@@ -113,8 +113,16 @@ def log_inv_times(paths: Sequence[Sequence[float]]) -> list[float]:
         hi = np.max(np.where(mult > 0, rates, -np.inf), axis=1) + _MARGIN
         n = int(np.max(np.ceil((hi - lo) / _STEP))) + 1
         u = lo[:, None] + _STEP * np.arange(n)[None, :]  # [P, n]
-        soft = np.logaddexp(0.0, u[:, :, None] - rates[:, None, :])  # [P, n, K]
-        g = u - np.einsum("pnk,pk->pn", soft, mult)
+        x = u[:, :, None] - rates[:, None, :]  # [P, n, K]
+        # softplus(x) = max(x, 0) + log(1 + exp(-|x|)), in place (np.logaddexp and np.log1p
+        # cost 5-30x more per element here; the absolute error stays ~1e-16 per term)
+        soft = np.abs(x)
+        np.negative(soft, out=soft)
+        np.exp(soft, out=soft)
+        soft += 1.0
+        np.log(soft, out=soft)
+        soft += np.maximum(x, 0.0)
+        g = u - (soft @ mult[:, :, None])[:, :, 0]
         top = g.max(axis=1)
         logs = math.log(_STEP) + top + np.log(np.exp(g - top[:, None]).sum(axis=1))
         for (b, _), v in zip(todo, logs.tolist()):
