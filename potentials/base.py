@@ -170,6 +170,16 @@ class BytePotential(Potential, Generic[S]):
         """
         return None
 
+    def inner_text_key(self, state: S) -> tuple[Hashable, bytes] | None:
+        """None, or (k, stop) such that for every byte string w containing no byte of ``stop``:
+        advance(state, w) is None iff advance(s', w) is None, for every state s' with the same
+        key k. Inside a JSON string (stop = the quote) the bytes of such a w never leave the
+        string, so whether it lives depends on the string's own checks only, not on the
+        document around it; lifting then walks the non-plain tokens without a stop byte once
+        per key and only those with one per mask. Default: None.
+        """
+        return None
+
     def state_of(self, ctx: bytes) -> S | None:
         return self.advance(self.initial(), bytes(ctx)) if ctx else self.initial()
 

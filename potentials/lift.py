@@ -111,6 +111,20 @@ def plain_trie(lm: Any, skip: set[int]) -> VocabTrie:
                    lambda: VocabTrie(lm.vocab, set(np.flatnonzero(~plain).tolist())))
 
 
+def stop_tries(lm: Any, skip: set[int], stop: bytes) -> tuple[VocabTrie, VocabTrie]:
+    """(trie of the non-plain tokens with no byte of ``stop``, trie of those with one),
+    ``skip`` ids excluded; built once per LM, skip set and stop bytes."""
+
+    def build() -> tuple[VocabTrie, VocabTrie]:
+        plain = plain_tokens(lm, skip)[0]
+        stopped = {t for t, tok in enumerate(lm.vocab) if any(b in stop for b in bytes(tok))}
+        other = set(np.flatnonzero(plain).tolist()) | set(skip)
+        return (VocabTrie(lm.vocab, other | stopped),
+                VocabTrie(lm.vocab, other | (set(range(len(lm.vocab))) - stopped)))
+
+    return _per_lm(lm, ("stop", tuple(sorted(skip)), bytes(stop)), build)
+
+
 def plain_tokens(lm: Any, skip: set[int]) -> tuple[np.ndarray, np.ndarray, VocabTrie]:
     """(which tokens are plain text, their character counts, the trie of all other tokens),
     ``skip`` ids excluded everywhere; built once per LM and skip set."""
@@ -166,6 +180,9 @@ class Lifted(Potential):
         # plain_text_key k -> (which plain tokens satisfy L_k among those of at most B chars, B)
         self._plain_masks: OrderedDict[Any, tuple[np.ndarray, float]] = OrderedDict()
         self.plain_mask_cache_size = 64
+        # inner_text_key k -> the live non-plain tokens without a stop byte
+        self._inner: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self.inner_cache_size = 256
         self._root_live: bool | None = None
         self.stats = {"tokens_checked": 0, "trie_nodes_visited": 0, "state_cache_hits": 0,
                       "state_cache_misses": 0, "mask_cache_hits": 0}
@@ -314,7 +331,7 @@ class Lifted(Potential):
         if self._plain is None:
             self._plain = plain_tokens(self.lm, set(self._eos | self._blocked))
         plain, chars, others = self._plain
-        mask = np.isfinite(await self._walk(state, 0.0, others))
+        mask = await self._others_mask(state, others)
         if key is None:
             mask |= plain & (chars <= budget)
             return mask
@@ -329,6 +346,26 @@ class Lifted(Potential):
         else:
             self._plain_masks.move_to_end(key)
         mask |= got[0] & (chars <= budget)
+        return mask
+
+    async def _others_mask(self, state: Any, others: VocabTrie) -> np.ndarray:
+        """Which non-plain tokens keep ``state`` alive: those without a stop byte of the
+        potential's ``inner_text_key`` from the per-key cache (walked once per key), the
+        others walked here; all walked when there is no such key."""
+        inner = self.potential.inner_text_key(state)
+        if inner is None:
+            return np.isfinite(await self._walk(state, 0.0, others))
+        key, stop = inner
+        free, stopped = stop_tries(self.lm, set(self._eos | self._blocked), stop)
+        mask = np.isfinite(await self._walk(state, 0.0, stopped))
+        alive = self._inner.get(key)
+        if alive is None:
+            alive = self._inner[key] = np.flatnonzero(np.isfinite(await self._walk(state, 0.0, free)))
+            if len(self._inner) > self.inner_cache_size:
+                self._inner.popitem(last=False)
+        else:
+            self._inner.move_to_end(key)
+        mask[alive] = True
         return mask
 
     def _full_trie(self) -> VocabTrie:

@@ -273,3 +273,42 @@ async def test_pattern_string_masks_reuse_the_plain_mask_per_automaton_state():
     # one plain mask per automaton state, shared by the strings' positions
     assert len(keys) <= 5 < len(texts) and len(lifted._plain_masks) == len(keys)
     assert byte_pot.plain_text_key(byte_pot.state_of(b"[")) is None  # not inside a string
+
+
+INNER_TOY_VOCAB = JSON_TOY_VOCAB[:-1] + [b"{", b"}", b":", b'"k', b"k", b"\\", b"\\u00e", b"9", b"\n", b"\xc3\xa9\xc3",
+                                         b'\\"', b'"}', b'a":', b"\xe6\x97", b"\xa5"]
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "items": {"type": "string"}},
+    {"type": "array", "items": {"type": "string", "maxLength": 3, "minLength": 2}},
+    {"type": "array", "items": {"type": "string", "pattern": "^[aé]+$"}, "uniqueItems": True},
+    {"type": "object", "additionalProperties": {"type": "string", "pattern": "a"}},
+])
+async def test_string_masks_reuse_the_inner_tokens_per_key(schema):
+    """Inside strings, the non-plain tokens without a quote (partial characters, escapes,
+    control bytes) are walked once per inner_text_key; every mask equals the brute force."""
+    vocab = INNER_TOY_VOCAB
+    eos = vocab.index(b"<eos>")
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    byte_pot = JSONSchema(schema)
+    lifted = byte_pot.lift(lm)
+    opener = '{"' if schema["type"] == "object" else '["'
+    texts = [opener, opener + "a", opener + "aa", opener + "\\u00e9", opener + "é", opener + "aaa",
+             opener + 'a","', opener + 'a","a', opener + 'a","é']
+    if schema["type"] == "object":
+        texts = ['{"', '{"k', '{"k":"', '{"k":"a', '{"k":"aé', '{"k":"a","', '{"k":"a","k":"', '{"k":"a","k":"a']
+    keyed = 0
+    for text in texts:
+        ctx_bytes = text.encode()
+        state = byte_pot.state_of(ctx_bytes)
+        if state is None:
+            continue
+        keyed += byte_pot.inner_text_key(state) is not None
+        want = await brute_force(byte_pot, vocab, {eos}, set(), ctx_bytes)
+        ctx = tuple(lm.encode(text))
+        assert b"".join(vocab[t] for t in ctx) == ctx_bytes
+        np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
+        lifted._masks.clear()  # every mask computed afresh: the inner cache is what is shared
+        np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
+    assert keyed >= 4 and 0 < len(lifted._inner) < keyed
