@@ -18,7 +18,10 @@ a JSON string), plain tokens are decided at once (alive iff at most B characters
 few others (quotes, escapes, control bytes, partial characters) are walked. Where it gives a
 ``plain_text_key`` (k, B) instead (inside a JSON string with a ``pattern``), the plain tokens'
 liveness L_k is walked once per key and kept (for the largest budget seen), and each mask is
-that cached set cut to at most B characters plus the walk of the few others. Masks of at most
+that cached set cut to at most B characters plus the walk of the few others. With an
+``inner_text_key`` (k, stop) too (inside any JSON string), those others that have no stop byte
+(partial characters, escapes, control bytes) are also walked once per key, so a mask there
+walks only the tokens with a quote. Masks of at most
 ``support_limit`` allowed tokens also keep their token ids (``known_support``), so a sampler at
 such a state needs no checks.
 """
