@@ -80,6 +80,14 @@ class Potential(ABC):
                 out[k] = await self.prefix(self.extend(ctx, a)) - base
         return out
 
+    async def known_support(self, ctx: Context) -> np.ndarray | None:
+        """The sorted positions A = {a : logw_next(ctx)[a] > -inf} (EOS included), when every
+        one of them has log weight exactly 0 and A is known without computing ``logw_next``
+        (e.g. a cached mask); else None. Samplers may then use the exact local mass
+        sum_{a in A} p(a) instead of estimating it. Default: None (never known).
+        """
+        return None
+
     async def batch_prefix(self, ctxs: Sequence[Context]) -> np.ndarray:
         return np.array(await asyncio.gather(*(self.prefix(c) for c in ctxs)), dtype=float)
 
@@ -154,6 +162,28 @@ class BytePotential(Potential, Generic[S]):
         Inside free text (a JSON string with only length limits) this lets lifting decide the
         plain tokens, nearly all of an LM's vocabulary, in one vectorized comparison.
         Default: None (no such bound is known).
+        """
+        return None
+
+    def plain_text_key(self, state: S) -> tuple[Hashable, float] | None:
+        """None, or (k, B) with B >= 0 (inf allowed) such that for every plain text w
+        (``is_plain_text``): advance(state, w) is not None iff w has at most B characters and
+        L_k(w), where the predicate L_k depends on the key k only (states with equal keys agree
+        on it). ``plain_text_budget`` is the case L_k = True.
+
+        Inside a string with a ``pattern`` (L_k: the pattern's automaton, in state k, survives
+        w) lifting then computes the plain tokens' L_k once per key and reuses it, whatever
+        the budget. Default: None.
+        """
+        return None
+
+    def inner_text_key(self, state: S) -> tuple[Hashable, bytes] | None:
+        """None, or (k, stop) such that for every byte string w containing no byte of ``stop``:
+        advance(state, w) is None iff advance(s', w) is None, for every state s' with the same
+        key k. Inside a JSON string (stop = the quote) the bytes of such a w never leave the
+        string, so whether it lives depends on the string's own checks only, not on the
+        document around it; lifting then walks the non-plain tokens without a stop byte once
+        per key and only those with one per mask. Default: None.
         """
         return None
 

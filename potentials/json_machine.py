@@ -128,6 +128,42 @@ class Machine:
                 best = room
         return best
 
+    def plain_text_key(self, configs: frozenset) -> tuple[frozenset, float] | None:
+        """(k, B) of ``BytePotential.plain_text_key`` when every configuration is inside a
+        string, between characters, with no enum/const literals, and all have the same room
+        B = maxLength - characters read: plain text w then lives iff it has at most B characters
+        and every configuration's pattern automata survive its bytes, which depends only on
+        k = {(automata, their states)}. Else None."""
+        room = None
+        parts = []
+        for node in configs:
+            f = node.frame
+            if f[0] != STR or f[2] != 0 or f[3] is not None or f[7] is not None:
+                return None
+            facts = f[1].string
+            r = facts.max_len - f[4]
+            if room is None:
+                room = r
+            elif r != room:
+                return None
+            parts.append((facts.dfas, f[5]))
+        return None if room is None else (frozenset(parts), room)
+
+    def inner_text_key(self, configs: frozenset) -> frozenset | None:
+        """When every configuration is inside a string, between characters, with no enum/const
+        literals: {(pattern automata, their states, maxLength - characters read)}. Bytes
+        other than the closing quote keep a configuration inside its string, where only these
+        decide whether it lives (escapes, UTF-8 and control bytes are checked the same way in
+        every string; the text and the stack below are not read). Else None."""
+        parts = []
+        for node in configs:
+            f = node.frame
+            if f[0] != STR or f[2] != 0 or f[3] is not None or f[7] is not None:
+                return None
+            facts = f[1].string
+            parts.append((facts.dfas, f[5], facts.max_len - f[4]))
+        return frozenset(parts) if parts else None
+
     @staticmethod
     def pending(configs: frozenset) -> bool:
         """Does ``settle`` have work in ``configs`` (an opening to stamp, a CHECK to decide)?"""

@@ -265,6 +265,13 @@ class JSONSchema(BytePotential[JSONState]):
     def plain_text_budget(self, state: JSONState) -> float | None:
         return self.machine.plain_text_budget(state.configs)
 
+    def plain_text_key(self, state: JSONState) -> tuple[Any, float] | None:
+        return self.machine.plain_text_key(state.configs)
+
+    def inner_text_key(self, state: JSONState) -> tuple[Any, bytes] | None:
+        key = self.machine.inner_text_key(state.configs)
+        return None if key is None else (key, b'"')
+
     async def state_prefix(self, state: JSONState) -> float:
         return 0.0 if state.configs else NEG_INF
 

@@ -15,11 +15,20 @@ walks a byte trie of the whole vocabulary from the state of x, skipping every su
 shared bytes already kill the prefix. For Boolean potentials the resulting mask is shared by
 states with equal ``mask_key``, and where the potential gives a ``plain_text_budget`` B (inside
 a JSON string), plain tokens are decided at once (alive iff at most B characters) and only the
-few others (quotes, escapes, control bytes, partial characters) are walked.
+few others (quotes, escapes, control bytes, partial characters) are walked. Where it gives a
+``plain_text_key`` (k, B) instead (inside a JSON string with a ``pattern``), the plain tokens'
+liveness L_k is walked once per key and kept (for the largest budget seen), and each mask is
+that cached set cut to at most B characters plus the walk of the few others. With an
+``inner_text_key`` (k, stop) too (inside any JSON string), those others that have no stop byte
+(partial characters, escapes, control bytes) are also walked once per key, so a mask there
+walks only the tokens with a quote. Masks of at most
+``support_limit`` allowed tokens also keep their token ids (``known_support``), so a sampler at
+such a state needs no checks.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -101,6 +110,27 @@ def vocab_trie(lm: LMBackend, skip: set[int]) -> VocabTrie:
     return _per_lm(lm, ("trie", tuple(sorted(skip))), lambda: VocabTrie(lm.vocab, skip))
 
 
+def plain_trie(lm: LMBackend, skip: set[int]) -> VocabTrie:
+    """The trie of ``lm``'s plain-text tokens (``is_plain_text``) without the ``skip`` ids."""
+    plain = plain_tokens(lm, skip)[0]
+    return _per_lm(lm, ("plain-trie", tuple(sorted(skip))),
+                   lambda: VocabTrie(lm.vocab, set(np.flatnonzero(~plain).tolist())))
+
+
+def stop_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, VocabTrie]:
+    """(trie of the non-plain tokens with no byte of ``stop``, trie of those with one),
+    ``skip`` ids excluded; built once per LM, skip set and stop bytes."""
+
+    def build() -> tuple[VocabTrie, VocabTrie]:
+        plain = plain_tokens(lm, skip)[0]
+        stopped = {t for t, tok in enumerate(lm.vocab) if any(b in stop for b in bytes(tok))}
+        other = set(np.flatnonzero(plain).tolist()) | set(skip)
+        return (VocabTrie(lm.vocab, other | stopped),
+                VocabTrie(lm.vocab, other | (set(range(len(lm.vocab))) - stopped)))
+
+    return _per_lm(lm, ("stop", tuple(sorted(skip)), bytes(stop)), build)
+
+
 def plain_tokens(lm: LMBackend, skip: set[int]) -> tuple[np.ndarray, np.ndarray, VocabTrie]:
     """(which tokens are plain text, their character counts, the trie of all other tokens),
     ``skip`` ids excluded everywhere; built once per LM and skip set."""
@@ -149,6 +179,16 @@ class Lifted(Potential):
         # DFA state, a JSON recognizer's configurations): one mask per key, shared by particles
         self._masks: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.mask_cache_size = 256
+        # the allowed non-EOS tokens of the cached masks with at most support_limit of them
+        # (known_support): samplers then need no constraint checks at such a state
+        self._supports: dict[Any, np.ndarray] = {}
+        self.support_limit = 4096
+        # plain_text_key k -> (which plain tokens satisfy L_k among those of at most B chars, B)
+        self._plain_masks: OrderedDict[Any, tuple[np.ndarray, float]] = OrderedDict()
+        self.plain_mask_cache_size = 64
+        # inner_text_key k -> the live non-plain tokens without a stop byte
+        self._inner: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self.inner_cache_size = 256
         self._root_live: bool | None = None
         self.stats = {"tokens_checked": 0, "trie_nodes_visited": 0, "state_cache_hits": 0,
                       "state_cache_misses": 0, "mask_cache_hits": 0}
@@ -252,8 +292,11 @@ class Lifted(Potential):
                 mask = await self._mask(state)
                 if key is not None:
                     self._masks[key] = mask
+                    allowed = np.flatnonzero(mask)
+                    if len(allowed) <= self.support_limit:
+                        self._supports[key] = allowed
                     if len(self._masks) > self.mask_cache_size:
-                        self._masks.popitem(last=False)
+                        self._supports.pop(self._masks.popitem(last=False)[0], None)
             else:
                 self._masks.move_to_end(key)
                 self.stats["mask_cache_hits"] += 1
@@ -264,16 +307,71 @@ class Lifted(Potential):
             out[e] = done
         return out
 
+    async def known_support(self, ctx: Sequence[int]) -> np.ndarray | None:
+        """The allowed tokens (EOS included when the text may end) of a Boolean potential at
+        ``ctx`` when a mask with at most ``support_limit`` tokens is cached for its state's
+        ``mask_key`` (see ``Potential.known_support``); None otherwise."""
+        if not self._supports:
+            return None
+        state, base = await self._base(ctx)
+        if base == NEG_INF:
+            return np.zeros(0, dtype=np.int64)
+        key = self.potential.mask_key(state)
+        allowed = None if key is None else self._supports.get(key)
+        if allowed is None:
+            return None
+        self.stats["mask_cache_hits"] += 1
+        if await self.potential.state_complete(state) - base > NEG_INF:
+            allowed = np.union1d(allowed, self.eos_ids)
+        return allowed
+
     async def _mask(self, state: Any) -> np.ndarray:
         """Boolean potentials: which non-EOS tokens keep the byte state alive."""
         budget = self.potential.plain_text_budget(state)
+        key = None
         if budget is None:
-            return np.isfinite(await self._walk(state, 0.0, self._full_trie()))
+            split = self.potential.plain_text_key(state)
+            if split is None:
+                return np.isfinite(await self._walk(state, 0.0, self._full_trie()))
+            key, budget = split
         if self._plain is None:
             self._plain = plain_tokens(self.lm, set(self._eos | self._blocked))
         plain, chars, others = self._plain
-        mask = np.isfinite(await self._walk(state, 0.0, others))
-        mask |= plain & (chars <= budget)
+        mask = await self._others_mask(state, others)
+        if key is None:
+            mask |= plain & (chars <= budget)
+            return mask
+        got = self._plain_masks.get(key)
+        if got is None or got[1] < budget:
+            # L_k on the plain tokens of at most `budget` characters (all of them when no plain
+            # token is longer): valid for every later state of key k with a budget <= this one
+            alive = np.isfinite(await self._walk(state, 0.0, plain_trie(self.lm, set(self._eos | self._blocked))))
+            got = self._plain_masks[key] = (alive, math.inf if budget >= chars.max(initial=0) else budget)
+            if len(self._plain_masks) > self.plain_mask_cache_size:
+                self._plain_masks.popitem(last=False)
+        else:
+            self._plain_masks.move_to_end(key)
+        mask |= got[0] & (chars <= budget)
+        return mask
+
+    async def _others_mask(self, state: Any, others: VocabTrie) -> np.ndarray:
+        """Which non-plain tokens keep ``state`` alive: those without a stop byte of the
+        potential's ``inner_text_key`` from the per-key cache (walked once per key), the
+        others walked here; all walked when there is no such key."""
+        inner = self.potential.inner_text_key(state)
+        if inner is None:
+            return np.isfinite(await self._walk(state, 0.0, others))
+        key, stop = inner
+        free, stopped = stop_tries(self.lm, set(self._eos | self._blocked), stop)
+        mask = np.isfinite(await self._walk(state, 0.0, stopped))
+        alive = self._inner.get(key)
+        if alive is None:
+            alive = self._inner[key] = np.flatnonzero(np.isfinite(await self._walk(state, 0.0, free)))
+            if len(self._inner) > self.inner_cache_size:
+                self._inner.popitem(last=False)
+        else:
+            self._inner.move_to_end(key)
+        mask[alive] = True
         return mask
 
     def _full_trie(self) -> VocabTrie:

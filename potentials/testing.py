@@ -14,12 +14,15 @@ with x a in the contexts' closure under one more symbol):
     logw_next(x)[a]   = prefix(x a) - prefix(x)
     logw_next(x)[EOS] = complete(x) - prefix(x)
     logw_subset and the batch methods equal the single versions.
+    known_support(x), where not None, is the live positions of logw_next(x), all of weight 0.
 
 Two mixins check the claims a BytePotential may make to speed up lifting; a test class adds
 them when its potential makes the claim, and its contexts must exercise it:
 ``MaskKeyContract`` (equal ``mask_key`` means equal liveness for every continuation; some key
 must be shared by two contexts) and ``PlainTextBudgetContract`` (a ``plain_text_budget`` B
-means plain text w stays alive iff it has at most B characters; some context must have one).
+means plain text w stays alive iff it has at most B characters; some context must have one);
+``PlainTextKeyContract`` and ``InnerTextKeyContract`` check ``plain_text_key`` and
+``inner_text_key`` the same way (some key must be shared by two contexts).
 """
 
 from __future__ import annotations
@@ -115,6 +118,21 @@ class PotentialContract:
                 assert same(v, logw[a]), (ctx, a, v, logw[a])
 
     @_sync
+    async def test_known_support_matches_logw_next(self):
+        """Where ``known_support`` answers (after the contexts' masks were computed), it is
+        exactly the live positions of logw_next, each of log weight 0."""
+        pot = self.potential()
+        ctxs = list(self.contexts())
+        rows = [await pot.logw_next(ctx) for ctx in ctxs]
+        for ctx, logw in zip(ctxs, rows):
+            support = await pot.known_support(ctx)
+            if support is None:
+                continue
+            live = np.flatnonzero(logw > NEG_INF)
+            assert np.asarray(support).tolist() == live.tolist(), (ctx, support, live)
+            assert np.all(logw[live] == 0.0), (ctx, logw[live])
+
+    @_sync
     async def test_batch_methods_match_single(self):
         pot = self.potential()
         ctxs = list(self.contexts())
@@ -157,6 +175,54 @@ class PlainTextBudgetContract(PotentialContract):
             for w in PLAIN_PROBES:
                 alive = pot.advance(state, w) is not None
                 assert alive == (len(w.decode()) <= budget), (ctx, w, budget)
+
+
+class PlainTextKeyContract(PotentialContract):
+    """The contract plus ``plain_text_key``'s claim: for plain text w, liveness is
+    (w has at most B characters) and L_k(w), so two states with the same key k agree on every
+    plain w short enough for both budgets, and a state's own budget is never exceeded."""
+
+    @_sync
+    async def test_plain_text_key_holds(self):
+        pot = self.potential()
+        by_key: dict[Any, list[tuple[bytes, Any, float]]] = {}
+        for ctx, state in _live_states(pot, self.contexts()):
+            split = pot.plain_text_key(state)
+            if split is not None:
+                key, budget = split
+                assert budget >= 0, (ctx, budget)
+                for w in PLAIN_PROBES:
+                    if len(w.decode()) > budget:
+                        assert pot.advance(state, w) is None, (ctx, w, budget)
+                by_key.setdefault(key, []).append((ctx, state, budget))
+        shared = [group for group in by_key.values() if len(group) > 1]
+        assert shared, "no two contexts share a plain_text_key: add contexts inside one string"
+        for group in shared:
+            for w in PLAIN_PROBES:
+                fits = [(ctx, pot.advance(st, w) is not None) for ctx, st, b in group if len(w.decode()) <= b]
+                assert len({alive for _, alive in fits}) <= 1, (w, fits)
+
+
+class InnerTextKeyContract(PotentialContract):
+    """The contract plus ``inner_text_key``'s claim: states with the same key agree on the
+    liveness of every continuation without a stop byte."""
+
+    @_sync
+    async def test_equal_inner_text_keys_have_equal_liveness(self):
+        pot = self.potential()
+        by_key: dict[Any, list[tuple[bytes, tuple[bool, ...]]]] = {}
+        for ctx, state in _live_states(pot, self.contexts()):
+            got = pot.inner_text_key(state)
+            if got is not None:
+                key, stop = got
+                probes = [w for w in OTHER_PROBES + PLAIN_PROBES if not any(b in stop for b in w)]
+                alive = tuple(pot.advance(state, w) is not None for w in probes)
+                by_key.setdefault(key, []).append((ctx, alive))
+        shared = [group for group in by_key.values() if len(group) > 1]
+        assert shared, "no two contexts share an inner_text_key: add contexts inside strings"
+        for group in shared:
+            for ctx, alive in group[1:]:
+                assert alive == group[0][1], (group[0][0], ctx)
 
 
 class MaskKeyContract(PotentialContract):

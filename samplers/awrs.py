@@ -32,17 +32,26 @@ function, and a stays in the pool (only w = 0 removes it). Accepted arrivals are
 process of rate Z = sum_a p(a) w(a) with marks ~ p w / Z, and everything above holds with the
 coins added to the path. A check (or the cap) that finds a log weight > 0 raises ValueError:
 such potentials need the direct sampler. ``max_draws`` caps thinning loops like ``max_checks``.
+
+Known support. When the potential already knows the allowed set A at the context, with every
+weight there exactly 0 (``Potential.known_support``: a lifted Boolean constraint whose mask for
+the context's state is cached and small), the step is exact instead: a ~ p 1_A / Z with weight
+Z = p(A), read from the row's CDF at A only (O(|A|), no checks). Properly weighted for the same
+target (E[Z f(a)] = sum_{a in A} p(a) f(a)), with no variance in the local weight. Which of the
+two a step takes depends on the context and the potential's caches (filled by earlier steps, of
+any particle), never on this particle's own draws, so each step stays properly weighted.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from itertools import accumulate
 from typing import Callable, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, Potential, logsumexp, normalized
+from potentials.base import NEG_INF, Potential, normalized
 from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream
 from smc.backends.base import LMBackend, NextTokenDists
 
@@ -64,20 +73,61 @@ def log_inv_time(log_rates: Sequence[float]) -> float:
     This is log E[1 / sum_i E_i / m_i] for i.i.d. E_i ~ Exp(1). With s = e^u the integrand is
     exp(u - sum_i softplus(u - log m_i)), smooth and unimodal, integrated by the trapezoid rule.
     """
-    if len(log_rates) < 2:
-        raise ValueError("log_inv_time needs at least two rates (the integral diverges)")
-    if not all(math.isfinite(r) for r in log_rates):
-        raise ValueError(f"rates must be positive and finite, got log rates {log_rates}")
-    hi, lo = max(log_rates), min(log_rates)
-    if hi == lo:  # k equal rates m: E[m / Gamma(k, 1)] = m / (k - 1)
-        return lo - math.log(len(log_rates) - 1)
-    if len(log_rates) == 2:  # m1 m2 ln(m1/m2) / (m1 - m2), written stably with r = ln(m1/m2)
-        r = hi - lo
-        return lo + math.log(r) - math.log(-math.expm1(-r))
-    rates, counts = np.unique(np.asarray(log_rates, dtype=float), return_counts=True)
-    u = np.arange(rates[0] - _MARGIN, rates[-1] + _MARGIN + _STEP, _STEP)
-    g = u - np.logaddexp(0.0, u[:, None] - rates[None, :]) @ counts
-    return math.log(_STEP) + logsumexp(g)
+    return log_inv_times([log_rates])[0]
+
+
+def log_inv_times(paths: Sequence[Sequence[float]]) -> list[float]:
+    """``[log_inv_time(r) for r in paths]``, with one set of array operations for all the paths
+    that need the trapezoid rule (a population step's particles together).
+
+    Paths of equal rates and of two rates have closed forms. The others are integrated on
+    grids u_b + h j, j = 0 .. J - 1 with the common J of the longest: a shorter path's grid
+    then runs further into its upper tail, where the integrand is below exp(-40) of its peak.
+    """
+    out: list[float] = [0.0] * len(paths)
+    todo: list[tuple[int, dict[float, int]]] = []
+    for b, log_rates in enumerate(paths):
+        if len(log_rates) < 2:
+            raise ValueError("log_inv_time needs at least two rates (the integral diverges)")
+        if not all(math.isfinite(r) for r in log_rates):
+            raise ValueError(f"rates must be positive and finite, got log rates {list(log_rates)}")
+        hi, lo = max(log_rates), min(log_rates)
+        if hi == lo:  # k equal rates m: E[m / Gamma(k, 1)] = m / (k - 1)
+            out[b] = lo - math.log(len(log_rates) - 1)
+        elif len(log_rates) == 2:  # m1 m2 ln(m1/m2) / (m1 - m2), written stably with r = ln(m1/m2)
+            r = hi - lo
+            out[b] = lo + math.log(r) - math.log(-math.expm1(-r))
+        else:
+            counts: dict[float, int] = {}
+            for r in log_rates:
+                counts[float(r)] = counts.get(float(r), 0) + 1
+            todo.append((b, counts))
+    if todo:
+        width = max(len(c) for _, c in todo)
+        rates = np.zeros((len(todo), width))
+        mult = np.zeros((len(todo), width))
+        for k, (_, counts) in enumerate(todo):
+            rates[k, : len(counts)] = list(counts)
+            mult[k, : len(counts)] = list(counts.values())
+        lo = np.min(np.where(mult > 0, rates, np.inf), axis=1) - _MARGIN
+        hi = np.max(np.where(mult > 0, rates, -np.inf), axis=1) + _MARGIN
+        n = int(np.max(np.ceil((hi - lo) / _STEP))) + 1
+        u = lo[:, None] + _STEP * np.arange(n)[None, :]  # [P, n]
+        x = u[:, :, None] - rates[:, None, :]  # [P, n, K]
+        # softplus(x) = max(x, 0) + log(1 + exp(-|x|)), in place (np.logaddexp and np.log1p
+        # cost 5-30x more per element here; the absolute error stays ~1e-16 per term)
+        soft = np.abs(x)
+        np.negative(soft, out=soft)
+        np.exp(soft, out=soft)
+        soft += 1.0
+        np.log(soft, out=soft)
+        soft += np.maximum(x, 0.0)
+        g = u - (soft @ mult[:, :, None])[:, :, 0]
+        top = g.max(axis=1)
+        logs = math.log(_STEP) + top + np.log(np.exp(g - top[:, None]).sum(axis=1))
+        for (b, _), v in zip(todo, logs.tolist()):
+            out[b] = v
+    return out
 
 
 class _Pool:
@@ -97,7 +147,7 @@ class _Pool:
     """
 
     __slots__ = ("candidate", "fetch", "cdf", "q", "logq", "alive", "removed", "removed_mass", "j",
-                 "_c", "_ri", "_rc")
+                 "_c", "_ri", "_inc", "_rc")
 
     def __init__(
         self,
@@ -113,8 +163,9 @@ class _Pool:
         self.removed_mass = 0.0
         self.j = 0
         self._c: np.ndarray | None = None
-        self._ri: list[int] | None = None  # removed indices, sorted (None: to rebuild)
-        self._rc: list[float] = []  # their CDF increments, cumulated
+        self._ri: list[int] | None = None  # removed indices, sorted (None: not built yet)
+        self._inc: list[float] = []  # their CDF increments, in the same order
+        self._rc: list[float] = []  # the increments cumulated (left to right, as np.cumsum)
 
     def log_row(self) -> np.ndarray:
         """log q over the whole vocabulary (removed tokens included)."""
@@ -124,6 +175,19 @@ class _Pool:
             for d in self.removed:
                 self.q[d], self.alive[d] = 0.0, False
         return self.logq
+
+    def log_q_at(self, idx: np.ndarray) -> np.ndarray:
+        """log q at the indices ``idx`` (removed tokens included): from the CDF where the pool
+        has one (O(len(idx)), the same increments ``law_of_cdf`` takes), else from the row."""
+        if self.cdf is None:
+            return self.log_row()[idx]
+        if self._c is None:
+            self._c = self.cdf()
+        c = self._c
+        prev = np.where(idx > 0, c[np.maximum(idx - 1, 0)], 0.0)
+        q = np.maximum((c[idx] - prev) / c[-1], 0.0)
+        with np.errstate(divide="ignore"):
+            return np.log(q)
 
     def next(self, draw: Draw) -> tuple[int, float, float] | None:
         """(d, q(d), log m) for the next candidate; None once no token of positive mass remains."""
@@ -159,8 +223,9 @@ class _Pool:
             self._c = self.cdf()
         c = self._c
         if self._ri is None:
-            self._ri = sorted(self.removed)
-            self._rc = list(np.cumsum([c[k] - (c[k - 1] if k else 0.0) for k in self._ri]))
+            self._ri, self._inc, self._rc = [], [], []
+            for d in sorted(self.removed):
+                self._insert(d)
         total = float(c[-1])
         t = u * (total - (self._rc[-1] if self._rc else 0.0))
         shift = -1.0
@@ -180,9 +245,21 @@ class _Pool:
         """Take the rejected token d (of mass q(d)) out of the pool."""
         self.removed[d] = mass
         self.removed_mass += mass
-        self._ri = None
+        if self._ri is not None:
+            self._insert(d)
         if self.q is not None:
             self.q[d], self.alive[d] = 0.0, False
+
+    def _insert(self, d: int) -> None:
+        """Add d to the sorted removed indices and their cumulated CDF increments (O(removed),
+        no O(V) work)."""
+        c = self._c
+        k = bisect_right(self._ri, d)
+        self._ri.insert(k, d)
+        self._inc.insert(k, float(c[d]) - (float(c[d - 1]) if d else 0.0))
+        # left-to-right sums from k on, as np.cumsum adds (accumulate's first item is the start)
+        self._rc[k:] = accumulate(self._inc[k:], initial=self._rc[k - 1] if k else 0.0)
+        del self._rc[k]
 
 
 class AWRSSampler(TokenSampler):
@@ -214,7 +291,7 @@ class AWRSSampler(TokenSampler):
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
         self.max_checks, self.max_draws = max_checks, max_draws
-        self.stats.update(fallbacks=0, draws=0)
+        self.stats.update(fallbacks=0, draws=0, exact_steps=0)
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
         """Reference path: one particle on the CPU; the stream (if the draw has stream
@@ -225,27 +302,40 @@ class AWRSSampler(TokenSampler):
             pool = _Pool(None, lambda: (np.exp(logp), logp))
         else:
             pool = _Pool(*stream)
-        return await self._simulate(ctx, pool, draw)
+        return resolve(*await self._simulate(ctx, pool, draw))
 
     async def _sample_population(
         self, items: list[tuple[tuple[int, ...], BlockDraw]], dists: NextTokenDists, streams: list[Stream]
     ) -> list[tuple[int, float]]:
-        out = []
+        out: list[tuple[int, float]] = []
+        paths: list[tuple[int, list[float]]] = []  # (particle, rates) whose weight is pending
         for (ctx, draw), st in zip(items, streams):
-            tokens, probs = st.tokens, st.probs
-            if self.potential is None and probs[0] > 0.0:
-                out.append((tokens[0], 0.0))  # the common case, without building a pool
+            if self.potential is None and st.probs[0] > 0.0:
+                out.append((st.tokens[0], 0.0))  # the common case, without building a pool
                 continue
-            pool = _Pool(lambda j, t=tokens, q=probs: (t[j], q[j]) if j < len(t) else None, st.row, st.cdf)
-            out.append(await self._simulate(ctx, pool, draw))
+            pool = _Pool(st.candidate, st.row, st.cdf)
+            token, w = await self._simulate(ctx, pool, draw)
+            if type(w) is list:
+                paths.append((len(out), w))
+                w = NEG_INF
+            out.append((token, w))
+        if paths:  # every particle's weight integral at once
+            for (b, _), w in zip(paths, log_inv_times([r for _, r in paths])):
+                out[b] = (out[b][0], w)
         return out
 
-    async def _simulate(self, ctx: tuple[int, ...], pool: _Pool, draw: Draw) -> tuple[int, float]:
+    async def _simulate(self, ctx: tuple[int, ...], pool: _Pool, draw: Draw) -> tuple[int, float | list[float]]:
         """The event simulation of the module docstring over ``pool``'s candidates; shared by the
-        reference path, the population step, and plain draw functions (exact enumeration)."""
+        reference path, the population step, and plain draw functions (exact enumeration).
+
+        Returns (token, log weight), or (token, rates) when the weight is log_inv_time(rates):
+        the population step integrates those of all its particles together (``resolve``)."""
         if self.potential is None:
             got = pool.next(draw)
             return (got[0], 0.0) if got is not None else (self.dead_token(pool.log_row()), NEG_INF)
+        support = await self.potential.known_support(ctx)
+        if support is not None:
+            return self._exact_on(support, pool, draw)
         checked: dict[int, float] = {}
         log_rates: list[float] = []
         first: int | None = None
@@ -253,7 +343,7 @@ class AWRSSampler(TokenSampler):
         stats = self.stats
         while True:
             if len(checked) >= self.max_checks or len(log_rates) >= self.max_draws:
-                return await self._fallback(ctx, pool.log_row(), draw, log_rates, first)
+                return await self._fallback(ctx, pool, draw, log_rates, first)
             got = pool.next(draw)
             if got is None:  # every token of positive mass was rejected
                 return (self.dead_token(pool.log_row()) if last_rejected is None else last_rejected), NEG_INF
@@ -271,29 +361,45 @@ class AWRSSampler(TokenSampler):
             if v < 0.0 and draw(np.array([math.exp(v), -math.expm1(v)])) != 0:
                 continue  # thinned: this arrival is not accepted, the token stays
             if first is not None:
-                return first, log_inv_time(log_rates)
+                return first, log_rates
             first = d
 
     async def _fallback(
         self,
         ctx: tuple[int, ...],
-        logp: np.ndarray,
+        pool: _Pool,
         draw: Draw,
         log_rates: list[float],
         first: int | None,
-    ) -> tuple[int, float]:
-        """Exact completion once the budget is spent (module docstring, "Cap")."""
+    ) -> tuple[int, list[float]] | tuple[int, float]:
+        """Exact completion once the budget is spent (module docstring, "Cap").
+
+        Works on the tokens A of finite weight only: Z = sum_{a in A} q(a) w(a) and the draw
+        from q w / Z over A (q read from the CDF at A), so beyond the weight vector itself
+        nothing O(V) is computed."""
         self.stats["fallbacks"] += 1
         logw = await self.potential_logw(ctx)
-        for a in np.flatnonzero(np.isfinite(logw)):
-            self._check_weight(float(logw[a]), int(a))
-        probs, log_z = normalized(logp + logw)
+        bad = np.flatnonzero((logw > 1e-12) | np.isnan(logw))
+        if len(bad):
+            self._check_weight(float(logw[bad[0]]), int(bad[0]))
+        allowed = np.flatnonzero(np.isfinite(logw))
+        probs, log_z = normalized(pool.log_q_at(allowed) + logw[allowed])
         if log_z == NEG_INF:
-            return self.dead_token(logp), NEG_INF
+            return self.dead_token(pool.log_row()), NEG_INF
         seen = 0 if first is None else 1  # accepted arrivals before the cap
         if first is None:
-            first = int(draw(probs))
-        return first, log_inv_time(log_rates + [log_z] * (2 - seen))
+            first = int(allowed[int(draw(probs))])
+        return first, log_rates + [log_z] * (2 - seen)
+
+    def _exact_on(self, support: np.ndarray, pool: _Pool, draw: Draw) -> tuple[int, float]:
+        """The exact step when the allowed set A (all weights 0) is known: a ~ q 1_A / Z with
+        weight log Z, Z = q(A), properly weighted since E[Z f(a)] = sum_{a in A} q(a) f(a).
+        O(|A|): q is read from the CDF at A."""
+        self.stats["exact_steps"] += 1
+        probs, log_z = normalized(pool.log_q_at(support))
+        if log_z == NEG_INF:
+            return self.dead_token(pool.log_row()), NEG_INF
+        return int(support[int(draw(probs))]), log_z
 
     @staticmethod
     def _check_weight(v: float, token: int) -> float:
@@ -303,3 +409,8 @@ class AWRSSampler(TokenSampler):
                 "use sampler='direct' for this potential"
             )
         return min(v, 0.0)
+
+
+def resolve(token: int, w: float | list[float]) -> tuple[int, float]:
+    """(token, log weight) from what ``_simulate`` returns (rates are integrated here)."""
+    return (token, log_inv_time(w)) if type(w) is list else (token, w)

@@ -208,7 +208,7 @@ class TokenSampler(ABC):
         dists = await next_token_dists(self.lm, [prompt + ctx for ctx, _ in items])
         widths = {len(d.stream) for _, d in items}
         if len(widths) == 1:
-            streams = draw_streams(dists, np.stack([d.stream for _, d in items]))
+            streams = draw_streams(dists, np.stack([d.stream for _, d in items]), eager=_EAGER)
         else:  # blocks of different lengths (hand-made draws): one search per particle
             streams = [draw_streams(NextTokenDists(dists.logp[b : b + 1], dists.cdf[b : b + 1]),
                                     d.stream[None])[0] for b, (_, d) in enumerate(items)]
@@ -231,15 +231,39 @@ class TokenSampler(ABC):
         return int(np.argmax(logp))
 
 
+#: stream candidates searched for all particles at once; the rest (rarely used: a particle
+#: usually stops after 2 or 3 candidates) one at a time when asked for, on CPU float64 rows
+_EAGER = 4
+
+
 class Stream:
-    """Pre-drawn i.i.d. candidates from one row's law q(a) = (cdf[a] - cdf[a-1]) / cdf[-1]:
-    ``tokens[j]`` and ``probs[j]`` = q(tokens[j]); ``row()`` fetches (q, log q) over the whole
-    vocabulary as float64 numpy (O(V), only when a sampler needs the full row)."""
+    """I.i.d. candidates from one row's law q(a) = (cdf[a] - cdf[a-1]) / cdf[-1], for the row's
+    stream uniforms: ``tokens[j]`` and ``probs[j]`` = q(tokens[j]) for those searched in the
+    batch, ``candidate(j)`` for every j (the later ones searched here, the same way);
+    ``row()`` fetches (q, log q) over the whole vocabulary as float64 numpy (O(V), only when a
+    sampler needs the full row)."""
 
-    __slots__ = ("tokens", "probs", "_dists", "_b")
+    __slots__ = ("tokens", "probs", "_dists", "_b", "_rest", "_c")
 
-    def __init__(self, tokens: list[int], probs: list[float], dists: NextTokenDists | None, b: int):
+    def __init__(self, tokens: list[int], probs: list[float], dists: NextTokenDists | None, b: int,
+                 rest: np.ndarray | None = None):
         self.tokens, self.probs, self._dists, self._b = tokens, probs, dists, b
+        self._rest = rest  # the uniforms after the searched ones
+        self._c: np.ndarray | None = None
+
+    def candidate(self, j: int) -> tuple[int, float] | None:
+        """(token, q(token)) for the j-th stream uniform; None past the last one."""
+        if j < len(self.tokens):
+            return self.tokens[j], self.probs[j]
+        j -= len(self.tokens)
+        if self._rest is None or j >= len(self._rest):
+            return None
+        if self._c is None:
+            self._c = self.cdf()
+        c = self._c
+        total = float(c[-1])
+        a = min(int(np.searchsorted(c, float(self._rest[j]) * total, side="right")), len(c) - 1)
+        return a, (float(c[a]) - (float(c[a - 1]) if a > 0 else 0.0)) / total
 
     def row(self) -> tuple[np.ndarray, np.ndarray]:
         return law_of_cdf(self._dists.cdf[self._b])
@@ -273,11 +297,18 @@ def one_thread(device: torch.device) -> Iterator[None]:
             torch.set_num_threads(threads)
 
 
-def draw_streams(dists: NextTokenDists, uniforms: np.ndarray) -> list[Stream]:
+def draw_streams(dists: NextTokenDists, uniforms: np.ndarray, eager: int | None = None) -> list[Stream]:
     """For every row b and uniform u = uniforms[b, j]: the token a with
     cdf[b, a-1] <= u cdf[b, -1] < cdf[b, a] (one batched search on the rows' device) and its
-    probability q_b(a). Only these [B, K] ids and probabilities leave the device."""
+    probability q_b(a). Only these [B, K] ids and probabilities leave the device.
+
+    With ``eager`` and float64 rows on the CPU, only the first ``eager`` uniforms of each row
+    are searched in the batch, the others by ``Stream.candidate`` when a sampler asks (each
+    search reads ~17 cache lines of a row that is not in cache: most of the batch's cost)."""
     cdf = dists.cdf
+    rest = None
+    if eager is not None and eager < uniforms.shape[1] and cdf.device.type == "cpu" and cdf.dtype == torch.float64:
+        uniforms, rest = uniforms[:, :eager], uniforms[:, eager:]
     with one_thread(cdf.device):
         u = torch.from_numpy(np.ascontiguousarray(uniforms)).to(cdf.device, cdf.dtype)
         total = cdf[:, -1:]
@@ -287,7 +318,9 @@ def draw_streams(dists: NextTokenDists, uniforms: np.ndarray) -> list[Stream]:
         lo = torch.where(ids > 0, lo, torch.zeros((), dtype=cdf.dtype, device=cdf.device))
         probs = ((hi - lo) / total).tolist()
         tokens = ids.tolist()
-    return [Stream(t, q, dists, b) for b, (t, q) in enumerate(zip(tokens, probs))]
+    if rest is None:
+        return [Stream(t, q, dists, b) for b, (t, q) in enumerate(zip(tokens, probs))]
+    return [Stream(t, q, dists, b, rest[b]) for b, (t, q) in enumerate(zip(tokens, probs))]
 
 
 def cpu_stream(logp: np.ndarray, draw: Any) -> tuple[Callable[[int], tuple[int, float] | None],

@@ -11,7 +11,8 @@ from jsonschema import Draft202012Validator
 
 from potentials.base import NEG_INF
 from potentials.json_schema import JSONSchema
-from potentials.testing import MaskKeyContract, PlainTextBudgetContract, PotentialContract
+from potentials.testing import (InnerTextKeyContract, MaskKeyContract, PlainTextBudgetContract,
+                                PlainTextKeyContract, PotentialContract)
 
 OBJ = {
     "type": "object",
@@ -82,14 +83,14 @@ class TestRecursiveRefContract(Contract):
     texts = ['{"v":1,"kids":[{"v":2,"kids":[]}]}', '{"kids":[{"w":1}]}']
 
 
-class TestPatternContract(Contract, MaskKeyContract):
+class TestPatternContract(Contract, MaskKeyContract, PlainTextKeyContract, InnerTextKeyContract):
     schema = PATTERN
     texts = ['"abca"', '"a"', '"abd"', '"\\u0061b"']
 
 
-class TestUnionContract(Contract, MaskKeyContract, PlainTextBudgetContract):
+class TestUnionContract(Contract, MaskKeyContract, PlainTextBudgetContract, InnerTextKeyContract):
     schema = UNION
-    texts = ['"ab"', '"abc"', "12", "1.5", "null", "true"]
+    texts = ['"ab"', '"abc"', '"é"', "12", "1.5", "null", "true"]
 
 
 @pytest.mark.parametrize(

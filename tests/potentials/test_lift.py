@@ -242,3 +242,73 @@ async def test_embedded_vocabulary_json_masks_agree_with_brute_force(embedded_lm
         np.testing.assert_array_equal(got, want, err_msg=text)
     # the name's string states took the shortcut: tokens longer than the room left are dead
     assert byte_pot.plain_text_budget(byte_pot.state_of(b'{"name": "abcd')) == 1
+
+
+JSON_TOY_VOCAB = [b"[", b"]", b'"', b",", b"a", b"b", b"ab", b"/", b"a/", b"aaaa", b'"]', b'",', b"bb/b",
+                  b"\xc3", b"\xa9", "é".encode(), b"<eos>", b"\\n", b'a"', b" "]
+
+
+async def test_pattern_string_masks_reuse_the_plain_mask_per_automaton_state():
+    """Inside a string with a pattern, the plain tokens' mask is computed once per automaton
+    state (plain_text_key) and cut to the room left by maxLength; every mask still equals the
+    brute force, also when a later string of the same clause starts with more room."""
+    eos = JSON_TOY_VOCAB.index(b"<eos>")
+    lm = ToyLM(JSON_TOY_VOCAB, b"<eos>", lambda ids: [1 / len(JSON_TOY_VOCAB)] * len(JSON_TOY_VOCAB))
+    schema = {"type": "array", "items": {"type": "string", "pattern": "^[ab]+/?[ab]*$", "maxLength": 6}}
+    byte_pot = JSONSchema(schema)
+    lifted = byte_pot.lift(lm)
+    texts = ['["', '["a', '["ab', '["aba', '["ab/', '["ab/b', '["ab/bb', '["abab/b', '["a/","',
+             '["a/","a', '["a/","b', '["a/","ab']
+    keys = set()
+    for text in texts:
+        ctx_bytes = text.encode()
+        state = byte_pot.state_of(ctx_bytes)
+        assert byte_pot.plain_text_budget(state) is None  # the pattern: no plain budget
+        split = byte_pot.plain_text_key(state)
+        assert split is not None and split[1] == 6 - len(text.rsplit('"', 1)[1])
+        keys.add(split[0])
+        ctx = tuple(lm.encode(text))
+        want = await brute_force(byte_pot, JSON_TOY_VOCAB, {eos}, set(), ctx_bytes)
+        np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
+    # one plain mask per automaton state, shared by the strings' positions
+    assert len(keys) <= 5 < len(texts) and len(lifted._plain_masks) == len(keys)
+    assert byte_pot.plain_text_key(byte_pot.state_of(b"[")) is None  # not inside a string
+
+
+INNER_TOY_VOCAB = JSON_TOY_VOCAB[:-1] + [b"{", b"}", b":", b'"k', b"k", b"\\", b"\\u00e", b"9", b"\n", b"\xc3\xa9\xc3",
+                                         b'\\"', b'"}', b'a":', b"\xe6\x97", b"\xa5"]
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "items": {"type": "string"}},
+    {"type": "array", "items": {"type": "string", "maxLength": 3, "minLength": 2}},
+    {"type": "array", "items": {"type": "string", "pattern": "^[aé]+$"}, "uniqueItems": True},
+    {"type": "object", "additionalProperties": {"type": "string", "pattern": "a"}},
+])
+async def test_string_masks_reuse_the_inner_tokens_per_key(schema):
+    """Inside strings, the non-plain tokens without a quote (partial characters, escapes,
+    control bytes) are walked once per inner_text_key; every mask equals the brute force."""
+    vocab = INNER_TOY_VOCAB
+    eos = vocab.index(b"<eos>")
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    byte_pot = JSONSchema(schema)
+    lifted = byte_pot.lift(lm)
+    opener = '{"' if schema["type"] == "object" else '["'
+    texts = [opener, opener + "a", opener + "aa", opener + "\\u00e9", opener + "é", opener + "aaa",
+             opener + 'a","', opener + 'a","a', opener + 'a","é']
+    if schema["type"] == "object":
+        texts = ['{"', '{"k', '{"k":"', '{"k":"a', '{"k":"aé', '{"k":"a","', '{"k":"a","k":"', '{"k":"a","k":"a']
+    keyed = 0
+    for text in texts:
+        ctx_bytes = text.encode()
+        state = byte_pot.state_of(ctx_bytes)
+        if state is None:
+            continue
+        keyed += byte_pot.inner_text_key(state) is not None
+        want = await brute_force(byte_pot, vocab, {eos}, set(), ctx_bytes)
+        ctx = tuple(lm.encode(text))
+        assert b"".join(vocab[t] for t in ctx) == ctx_bytes
+        np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
+        lifted._masks.clear()  # every mask computed afresh: the inner cache is what is shared
+        np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
+    assert keyed >= 4 and 0 < len(lifted._inner) < keyed

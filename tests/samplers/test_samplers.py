@@ -344,3 +344,139 @@ def test_corrected_cdf_draw_equals_inverse_cdf_on_the_restricted_row():
             assert math.isclose(got[1], q[got[0]], rel_tol=1e-9)
             assert math.isclose(got[2], math.log(restricted.sum()), rel_tol=1e-9, abs_tol=1e-12)
     assert hits > 200
+
+
+def test_corrected_cdf_draw_with_removals_between_draws():
+    """Removals after the first corrected draw update the sorted removed indices in place; the
+    draws then equal those of a pool that saw every removal before its first draw, and inverse_cdf
+    on the zeroed row."""
+    from samplers.awrs import _Pool
+
+    rng = np.random.default_rng(4)
+    checked = 0
+    for _ in range(200):
+        n = int(rng.integers(3, 80))
+        logp = np.log(rng.dirichlet(np.full(n, 0.3)))
+        candidate, row, cdf = cpu_stream(logp, BlockDraw(np.empty(0), 0, np.empty(0)))
+        q, _ = row()
+        live = _Pool(None, row, cdf)
+        gone: list[int] = []
+        for k in rng.permutation(n)[: int(rng.integers(1, n))]:
+            u = rng.random()
+            got = live._corrected(u)
+            fresh = _Pool(None, row, cdf)
+            for d in gone:
+                fresh.remove(d, float(q[d]))
+            assert got == fresh._corrected(u)
+            if got is not None:
+                restricted = q.copy()
+                restricted[gone] = 0.0
+                assert got[0] == inverse_cdf(restricted, u)
+                checked += 1
+            live.remove(int(k), float(q[k]))
+            gone.append(int(k))
+            if live.removed_mass > 1 - 1e-3:
+                break
+        assert live._ri == sorted(gone) or live._ri is None
+    assert checked > 500
+
+
+def test_log_inv_times_batch_equals_one_at_a_time():
+    """The batched integral (common grid length, padded rates) agrees with each path alone and
+    with the closed forms; bad paths are named."""
+    from samplers.awrs import log_inv_times
+
+    rng = np.random.default_rng(5)
+    paths = [[0.0, 0.0], [0.0, -1.0], [0.0, -2.0, -2.0], [0.0, -300.0, -300.0, -300.0]]
+    for _ in range(50):
+        r = np.sort(np.log(rng.random(int(rng.integers(3, 30)))))[::-1]
+        paths.append((np.round(r, 1) if rng.random() < 0.5 else r).tolist())
+    together = log_inv_times(paths)
+    alone = [log_inv_times([p])[0] for p in paths]
+    np.testing.assert_allclose(together, alone, rtol=1e-13, atol=1e-13)
+    assert abs(together[0] - 0.0) < 1e-15 and abs(together[2] - log_inv_time([0.0, -2.0, -2.0])) < 1e-13
+    # three rates 1, m, m: int 1/(1+s) (m/(m+s))^2 ds in closed form
+    m = math.exp(-2.0)
+    exact = m * m * (math.log(m) / (1 - m) ** 2 + 1 / (m * (1 - m)))
+    assert abs(together[2] - math.log(exact)) < 1e-10
+    with pytest.raises(ValueError, match="at least two rates"):
+        log_inv_times([[0.0, -1.0], [0.0]])
+    with pytest.raises(ValueError, match="finite"):
+        log_inv_times([[0.0, -math.inf, -1.0]])
+
+
+def _lifted_regex_case():
+    """A regex lifted to a toy vocabulary whose LM puts most mass on rejected tokens."""
+    from potentials import Regex
+    from potentials.lift import Lifted
+
+    vocab = [b"a", b"b", b"ab", b"ba", b"c", b"cc", b"x", b"<eos>"]
+    eos = len(vocab) - 1
+
+    def probs(ids):
+        p = np.array([0.05, 0.1, 0.05, 0.1, 0.2, 0.2, 0.25, 0.05])
+        return np.roll(p[:-1], len(ids)).tolist() + [p[-1]]
+
+    lm = FastToyLM(vocab, b"<eos>", probs)
+    return lm, Lifted(Regex("(ab|ba)*c?"), lm), eos
+
+
+@pytest.mark.parametrize("ctx", [(), (2,), (3, 4), (6,)])
+def test_awrs_known_support_step_properly_weighted_by_enumeration(ctx):
+    """Where the lifted constraint's mask is cached (known_support), AWRS takes the exact step
+    over the allowed tokens: by enumeration, E[w 1(a)] = p(a) 1[a allowed] for every token."""
+    lm, pot, eos = _lifted_regex_case()
+    sampler = AWRSSampler(lm, pot)
+    asyncio.run(pot.logw_next(()))
+    asyncio.run(pot.logw_next(ctx))  # caches the mask of ctx's state (dead ctx: none needed)
+    support = asyncio.run(pot.known_support(ctx))
+    assert support is not None
+    logw = asyncio.run(pot.logw_next(ctx))
+    assert support.tolist() == np.flatnonzero(np.isfinite(logw)).tolist()
+    paths = enumerate_paths(lambda draw: asyncio.run(sampler.sample(ctx, draw)))
+    acc = np.zeros(len(lm.vocab))
+    for prob, (token, w) in paths:
+        if w > NEG_INF:
+            acc[token] += prob * math.exp(w)
+    want = np.exp(asyncio.run(sampler.lm_logprobs(ctx)) + logw)
+    np.testing.assert_allclose(acc, want, rtol=1e-9, atol=1e-12)
+    if want.sum() > 0:
+        assert sampler.stats["exact_steps"] > 0 and sampler.stats["checks"] == 0
+
+
+def test_known_support_none_until_a_mask_is_cached_and_population_equals_reference():
+    """known_support is None before the state's mask is computed; once it is cached, the
+    population step and the reference path take the same exact step (same token and weight)."""
+    lm, pot, eos = _lifted_regex_case()
+    assert asyncio.run(pot.known_support((2,))) is None
+    sampler = AWRSSampler(lm, pot)
+    ctxs = [(), (2,), (3, 4), (6,), (2, 3)] * 4
+    for c in set(ctxs):
+        asyncio.run(pot.logw_next(c))
+    rng = np.random.default_rng(7)
+    blocks = [(rng.random(8), int(rng.integers(2**32)), rng.random(16)) for _ in ctxs]
+    fast = asyncio.run(sampler._population_step([(c, BlockDraw(*b)) for c, b in zip(ctxs, blocks)]))
+    ref = [asyncio.run(sampler._sample(c, BlockDraw(*b))) for c, b in zip(ctxs, blocks)]
+    assert [t for t, _ in fast] == [t for t, _ in ref]
+    np.testing.assert_allclose([w for _, w in fast], [w for _, w in ref], rtol=1e-12)
+    assert sampler.stats["checks"] == 0 and sampler.stats["exact_steps"] == 2 * len(ctxs)
+    dead = asyncio.run(pot.known_support((6,)))
+    assert dead is not None and len(dead) == 0  # "x" kills the regex: nothing is allowed
+
+
+def test_lazy_stream_candidates_equal_the_batched_search():
+    """With eager=k only k uniforms per row are searched in the batch; candidate(j) for the
+    others gives what the batched search of every uniform gives, and None past the last."""
+    rng = np.random.default_rng(8)
+    V, B, K = 300, 5, 16
+    logp = torch.log_softmax(torch.log(torch.from_numpy(rng.dirichlet(np.full(V, 0.2), size=B))), dim=-1)
+    logp[:, 11] = float("-inf")
+    dists = dists_from_logprobs(logp)
+    assert dists.cdf.dtype == torch.float64 and dists.cdf.device.type == "cpu"
+    u = rng.random((B, K))
+    full = draw_streams(dists, u)
+    lazy = draw_streams(dists, u, eager=3)
+    for b in range(B):
+        assert len(lazy[b].tokens) == 3 and len(full[b].tokens) == K
+        assert [lazy[b].candidate(j) for j in range(K)] == [full[b].candidate(j) for j in range(K)]
+        assert lazy[b].candidate(K) is None and full[b].candidate(K) is None
