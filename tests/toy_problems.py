@@ -71,12 +71,13 @@ class TokenSoft(Potential):
         return float(self._final(tuple(ctx)))
 
 
-def enumerate_paths(run):
+def enumerate_paths(run, wrap=None):
     """Call ``run(draw)`` once per random path; return [(probability, result)] over all paths.
 
     ``draw(probs)`` picks an index; on the first visit of a branch point the other positive
     entries are queued, so every path of positive probability is visited exactly once.
-    ``run`` is synchronous here (wrap coroutines with asyncio.run in the caller).
+    ``run`` is synchronous here (wrap coroutines with asyncio.run in the caller). With ``wrap``,
+    ``run`` gets ``wrap(draw)`` instead: a draw object with further branch points of its own.
     """
     out = []
     stack: list[list[int]] = [[]]
@@ -98,7 +99,7 @@ def enumerate_paths(run):
             prob[0] *= float(probs[i])
             return i
 
-        result = run(draw)
+        result = run(draw if wrap is None else wrap(draw))
         out.append((prob[0], result))
     return out
 

@@ -190,39 +190,21 @@ def enumerate_stream_paths(run, logp, stream_len):
     total = c[-1]
     lo = np.concatenate([[0.0], c[:-1]])
     q = (c - lo) / total
-    out = []
-    stack: list[list[int]] = [[]]
-    while stack:
-        forced = stack.pop()
-        chosen: list[int] = []
-        prob = [1.0]
 
-        def branch(weights):
-            support = np.flatnonzero(np.asarray(weights) > 0)
-            d = len(chosen)
-            if d < len(forced):
-                i = forced[d]
-            else:
-                for j in support[1:]:
-                    stack.append(chosen + [int(j)])
-                i = int(support[0])
-            chosen.append(i)
-            prob[0] *= float(weights[i])
-            return i
+    class Draw:
+        def __init__(self, branch):
+            self.branch = branch
 
-        class Draw:
-            def __call__(self, probs):
-                return branch(probs)
+        def __call__(self, probs):
+            return self.branch(probs)
 
-            def stream_uniform(self, j):
-                if j >= stream_len:
-                    return None
-                i = branch(q)
-                return (lo[i] + c[i]) / 2 / total
+        def stream_uniform(self, j):
+            if j >= stream_len:
+                return None
+            i = self.branch(q)
+            return (lo[i] + c[i]) / 2 / total
 
-        result = run(Draw())
-        out.append((prob[0], result))
-    return out
+    return enumerate_paths(run, wrap=Draw)
 
 
 @pytest.mark.parametrize("ctx", [(), (1,), (3,)])
