@@ -22,7 +22,7 @@ import smc  # noqa: E402
 from smc.backends.vllm import VLLMBackend  # noqa: E402
 from smc.loading import embedded_model_dir  # noqa: E402
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # every test here loads the embedded model
 
 ROOT = Path(__file__).resolve().parents[3]
 # Max |log p_vllm - log p_hf| over the whole vocabulary, same fp32 weights (measured ~1e-4:
