@@ -18,7 +18,15 @@ incremental). With t the text of the complete characters and u an incomplete las
     viable(t, u)  = some character c whose UTF-8 encoding starts with u has viable(t + c, "")
 
 so a fully matching text is extended by a partial character only if some character after it can
-continue the match. ``prefix`` is then as exact as the ``regex`` package's partial matching.
+continue the match. ``regex``'s partial matching is permissive (a lookahead that reaches the end
+of the text makes any text "partial"), so two sound tests run first (``potentials.regex_relax``):
+the text must be a live prefix of R(P), a regular superset of L(P) (lookarounds relaxed,
+backreferences read as their group's body, recursion as strings of the pattern's characters),
+and no extension-stable leading ``(?!C)`` may already match it. Either "dead" is final, so
+``prefix`` is at least as tight as the ``regex`` package's partial matching and never loses a
+prefix that the package itself keeps. ``complete`` asks R(P) first too (a cheap rejection).
+Partial-match answers and R(P)'s states are cached per text (a token check re-asks about its
+parent's text).
 Every call to ``regex`` runs under a time budget (``timeout`` seconds); a prefix check that runs
 out of it keeps the prefix (a satisfiable prefix is never lost) and a completion check that runs
 out of it rejects the text (an unverified text is never returned); both are counted in
@@ -42,9 +50,12 @@ from potentials.fsm import (
     compile_regex,
     regex_package_compile,
 )
+from potentials.regex_relax import leading_negative_lookaheads, relaxed_automaton
 
 #: default time budget (seconds) of one prefix or completion check in fallback mode
 DEFAULT_TIMEOUT = 1.0
+#: entries kept by each fallback cache (relaxed-automaton states, partial-match answers)
+CACHE_SIZE = 1 << 16
 
 
 def split_utf8(data: bytes) -> tuple[str, bytes] | None:
@@ -87,6 +98,11 @@ class Regex(BytePotential):
             self.dfa = None
             self.fallback_reason = str(e)
             self._rx = regex_package_compile(pattern, self.flags)
+            # sound dead-prefix tests in front of the regex package (potentials.regex_relax)
+            self.relaxed = relaxed_automaton(pattern, self.flags)
+            self.negative_leads = leading_negative_lookaheads(pattern, self.flags)
+            self._relaxed_at: dict[bytes, int] = {}
+            self._partial_cache: dict[str, bool] = {}
 
     def __repr__(self) -> str:
         return f"Regex({self.pattern!r}{', flags=%d' % self.flags if self.flags else ''})"
@@ -117,22 +133,57 @@ class Regex(BytePotential):
             return self.dfa.walk(state, data)
         text = bytes(state) + bytes(data)
         parts = split_utf8(text)
-        if parts is None:
+        if parts is None or not self._relaxed_live(bytes(state), bytes(data), text):
+            return None
+        if self.negative_leads and self._lead_kills(parts[0]):
             return None
         return text if self._viable(*parts) else None
 
     # -- fallback mode
+    def _relaxed_live(self, state: bytes, data: bytes, text: bytes) -> bool:
+        """text is a live prefix of the relaxed automaton R(P) ⊇ L(P) (True without one)."""
+        dfa = self.relaxed
+        if dfa is None:
+            return True
+        q = self._relaxed_at.get(state)
+        q = dfa.walk(dfa.start if q is None else q, text if q is None else data)
+        if q is None:
+            return False
+        if len(self._relaxed_at) > CACHE_SIZE:
+            self._relaxed_at.clear()
+        self._relaxed_at[text] = q
+        return True
+
+    def _lead_kills(self, done: str) -> bool:
+        """Some extension-stable leading (?!C) of the pattern already matches at the start of
+        ``done``, so no completion can match (potentials.regex_relax); False when out of time."""
+        for rx in self.negative_leads:
+            try:
+                if rx.match(done, timeout=self.timeout) is not None:
+                    return True
+            except TimeoutError:
+                self.budget_exceeded += 1
+        return False
+
     def _partial(self, text: str, deadline: float) -> bool:
-        """regex.fullmatch(pattern, text, partial=True) succeeds; True when out of time."""
+        """regex.fullmatch(pattern, text, partial=True) succeeds; True when out of time.
+        Answers are remembered per text (a token check re-asks about its parent's text)."""
+        got = self._partial_cache.get(text)
+        if got is not None:
+            return got
         left = deadline - time.monotonic()
         if left <= 0:
             self.budget_exceeded += 1
             return True
         try:
-            return self._rx.fullmatch(text, partial=True, timeout=left) is not None
+            got = self._rx.fullmatch(text, partial=True, timeout=left) is not None
         except TimeoutError:
             self.budget_exceeded += 1
-            return True
+            return True  # not remembered: a later check may have the time to decide
+        if len(self._partial_cache) > CACHE_SIZE:
+            self._partial_cache.clear()
+        self._partial_cache[text] = got
+        return got
 
     def _viable(self, done: str, tail: bytes) -> bool:
         """viable(done, tail) of the module docstring, within one time budget."""
@@ -197,6 +248,8 @@ class Regex(BytePotential):
         parts = split_utf8(state)
         if parts is None or parts[1]:
             return NEG_INF
+        if self.relaxed is not None and not self.relaxed.fullmatch(bytes(state)):
+            return NEG_INF  # outside R(P) ⊇ L(P)
         try:
             ok = self._rx.fullmatch(parts[0], timeout=self.timeout) is not None
         except TimeoutError:
