@@ -30,6 +30,7 @@ same uniforms and the same CDF, so both paths return the same (token, weight).
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, Union
@@ -183,6 +184,28 @@ class TokenSampler(ABC):
         if self.potential is None:
             return logp
         return logp + await self.potential_logw(ctx)
+
+    def finishing(self) -> "TokenSampler":
+        """This sampler for a step after which EOS is forced: the same class, LM, prompt and
+        settings, targeting ``potentials.finishing.Finishing(potential)`` (tokens after which
+        the text cannot finish get weight 0; exact, see that module). ``self`` without a
+        potential. Built once and kept; it shares ``stats`` with this sampler."""
+        got = self.__dict__.get("_finishing")
+        if got is None:
+            if self.potential is None:
+                got = self
+            else:
+                from potentials.finishing import Finishing
+
+                got = copy.copy(self)
+                for private in ("_finishing", "_population_batcher"):
+                    got.__dict__.pop(private, None)  # the batcher is bound to this sampler
+                got.potential = Finishing(self.potential)
+                inner = getattr(self, "inner", None)
+                if isinstance(inner, TokenSampler):  # a ProposalSampler's inner sampler
+                    got.inner = inner.finishing()
+            self._finishing = got
+        return got
 
     #: True when the sampler has a population step (``_sample_population``)
     population: bool = False

@@ -441,7 +441,10 @@ class ConstrainedGeneration(Model):
 
     Initial weight phi.prefix(()); each step draws a token with the sampler and scores its
     weight; EOS finishes. After ``max_tokens`` tokens EOS is forced with the target's weight
-    log sum_{e in EOS} p(e | x) exp(logw_next(x)[e]).
+    log sum_{e in EOS} p(e | x) exp(logw_next(x)[e]). The last sampled token (max_tokens - 1
+    tokens so far) is drawn with ``sampler.finishing()``: only tokens after which the text can
+    finish, so no particle is spent on a prefix the forced EOS would give weight 0 (the target
+    and the unbiasedness of Ẑ are unchanged: potentials.finishing).
     """
 
     def __init__(self, sampler: TokenSampler, max_tokens: int):
@@ -465,7 +468,11 @@ class ConstrainedGeneration(Model):
             if self.weight > NEG_INF:  # a dead particle stays unfinished
                 self.finish()
             return
-        token, logw = await self.sampler.sample(ctx, self.draw)
+        # the last token before the forced EOS: only tokens after which the text can finish
+        # (samplers.base.TokenSampler.finishing; the same target pi, see potentials.finishing)
+        last = len(ctx) == self.max_tokens - 1
+        sampler = self.sampler.finishing() if last else self.sampler
+        token, logw = await sampler.sample(ctx, self.draw)
         self.score(logw)
         if self.weight == NEG_INF:
             return

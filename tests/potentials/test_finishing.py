@@ -1,0 +1,117 @@
+"""The last step before the forced EOS (potentials.finishing, TokenSampler.finishing): its target
+is the inner potential's restricted to tokens after which the text can finish, its samplers are
+properly weighted for it (exact enumeration), and SMC keeps an unbiased Ẑ and the same posterior
+(design.md tests 1 and 2) while no longer spending particles on texts the forced EOS kills."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+import regex
+
+import smc
+from potentials import Regex
+from potentials.base import NEG_INF
+from potentials.finishing import Finishing
+from potentials.lift import Lifted
+from samplers import AWRSSampler, DirectSampler, ProposalSampler
+from tests.toy_problems import FastToyLM, TokenPredicate, enumerate_paths, exact_target
+
+# "(ab)+" over a vocabulary whose LM prefers "a" and rarely ends: a particle at the last step
+# usually holds "...ab" or "...a", and "a" after "ab" (or "b"/"a" wrongly placed) cannot finish
+VOCAB = [b"a", b"b", b"ab", b"ba", b"<eos>"]
+EOS = 4
+PATTERN = "(ab)+"
+
+
+def lm_probs(ids):
+    return [0.45, 0.3, 0.1, 0.1, 0.05] if len(ids) % 2 == 0 else [0.3, 0.4, 0.1, 0.15, 0.05]
+
+
+LM = FastToyLM(VOCAB, b"<eos>", lm_probs)
+
+
+def _lifted():
+    return Lifted(Regex(PATTERN), LM)
+
+
+def _text(x: tuple[int, ...]) -> str:
+    return b"".join(VOCAB[t] for t in x).decode()
+
+
+def _full(x: tuple[int, ...]) -> bool:
+    return regex.fullmatch(PATTERN, _text(x)) is not None
+
+
+def _viable(x: tuple[int, ...]) -> bool:
+    return EOS not in x and regex.fullmatch(PATTERN, _text(x), partial=True) is not None
+
+
+@pytest.mark.parametrize("ctx", [(), (0,), (2,), (0, 1), (2, 0), (1,)])
+def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx):
+    inner = _lifted()
+    fin = Finishing(inner)
+    base = asyncio.run(inner.logw_next(ctx))
+    got = asyncio.run(fin.logw_next(ctx))
+    for a in range(len(VOCAB)):
+        if a == EOS:
+            assert got[a] == base[a]
+        else:
+            finishes = _full(ctx + (a,))
+            assert got[a] == (base[a] if finishes else NEG_INF), (ctx, a)
+    np.testing.assert_array_equal(asyncio.run(fin.logw_subset(ctx, [3, 0, EOS, 2])), got[[3, 0, EOS, 2]])
+    # the generic path (any token-level potential) agrees with the lifted fast path
+    pred = TokenPredicate(len(VOCAB), [EOS], _viable, _full)
+    np.testing.assert_array_equal(asyncio.run(Finishing(pred).logw_next(ctx)), got)
+
+
+@pytest.mark.parametrize("ctx", [(), (0,), (2,), (2, 0)])
+@pytest.mark.parametrize("make", [
+    lambda pot: DirectSampler(LM, pot),
+    lambda pot: AWRSSampler(LM, pot),
+    lambda pot: AWRSSampler(LM, pot, max_checks=1),
+    lambda pot: ProposalSampler(LM, pot, inner=AWRSSampler),
+], ids=["direct", "awrs", "awrs-cap1", "proposal-awrs"])
+def test_finishing_sampler_is_properly_weighted_by_enumeration(make, ctx):
+    sampler = make(_lifted()).finishing()
+    assert isinstance(sampler.potential, Finishing)
+    assert make(_lifted()).finishing() is not None and sampler.finishing() is not sampler
+    want = np.exp(np.log(np.array(lm_probs(ctx))) + asyncio.run(sampler.potential.logw_next(ctx)))
+    acc = np.zeros(len(VOCAB))
+    paths = enumerate_paths(lambda draw: asyncio.run(sampler.sample(ctx, draw)))
+    assert math.isclose(sum(p for p, _ in paths), 1.0, rel_tol=1e-9)
+    for prob, (token, w) in paths:
+        if w > NEG_INF:
+            acc[token] += prob * math.exp(w)
+    np.testing.assert_allclose(acc, want, rtol=1e-9, atol=1e-12)
+
+
+def test_finishing_is_built_once_and_only_with_a_potential():
+    s = AWRSSampler(LM, _lifted())
+    assert s.finishing() is s.finishing() and s.finishing().stats is s.stats
+    plain = AWRSSampler(LM, None)
+    assert plain.finishing() is plain
+    with pytest.raises(TypeError, match="Potential"):
+        Finishing("(ab)+")
+
+
+@pytest.mark.parametrize("max_tokens", [3, 4])
+@pytest.mark.parametrize("ess", [0.0, 0.5])
+def test_smc_z_unbiased_and_every_run_finishes(max_tokens, ess):
+    z = sum(exact_target(LM, lambda x: 0.0 if _full(x) else NEG_INF, max_tokens).values())
+    zs, finished_runs = [], 0
+    runs = 300
+    for seed in range(runs):
+        r = smc.generate("", Regex(PATTERN), lm=LM, particles=4, max_tokens=max_tokens, seed=seed,
+                         ess_threshold=ess, chat=False, progress=False)
+        zs.append(math.exp(r.log_ml) if r.log_ml > NEG_INF else 0.0)
+        done = [s for s in r.samples if s.finished]
+        assert all(_full(tuple(s.token_ids)) for s in done)
+        finished_runs += bool(done)
+    mean, se = np.mean(zs), np.std(zs, ddof=1) / math.sqrt(runs)
+    assert abs(mean - z) < 3 * se + 1e-12, (mean, z, se)
+    # every particle alive at the last step now ends on a finished text
+    assert finished_runs == runs
