@@ -145,6 +145,13 @@ class BytePotential(Potential, Generic[S]):
     @abstractmethod
     async def state_complete(self, state: S) -> float: ...
 
+    async def complete_after(self, state: S, data: bytes) -> float:
+        """state_complete(advance(state, data)), -inf when that state is dead; a potential may
+        answer without building the state (``Regex`` on its fallback skips the prefix checks,
+        which a complete text passes anyway)."""
+        nxt = self.advance(state, data)
+        return NEG_INF if nxt is None else await self.state_complete(nxt)
+
     def mask_key(self, state: S) -> Hashable | None:
         """A hashable key k(state) with: k(s) == k(s') implies, for every byte string d,
         advance(s, d) is None iff advance(s', d) is None -- or None when there is no cheap one.

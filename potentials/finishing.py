@@ -68,20 +68,27 @@ class Finishing(Potential):
         return out
 
     async def logw_next(self, ctx: Any) -> np.ndarray:
-        out = np.asarray(await self.inner.logw_next(ctx), dtype=float).copy()
-        for a in np.flatnonzero(out > NEG_INF):
-            if int(a) not in self._eos and not await self._finishes(ctx, int(a)):
-                out[a] = NEG_INF
+        # completion first: complete(x a) > -inf implies prefix(x a) > -inf (the contract), so
+        # the inner weights are needed only for the few tokens that finish, never the inner's
+        # whole next-token vector (seconds for a regex on the `regex` fallback)
+        if await self.inner.prefix(ctx) == NEG_INF:
+            return np.full(self.size, NEG_INF)
+        keep = [a for a in range(self.size) if a in self._eos or await self._finishes(ctx, a)]
+        out = np.full(self.size, NEG_INF)
+        if keep:
+            out[keep] = await self.inner.logw_subset(ctx, keep)
         return out
 
     async def _finishes(self, ctx: Any, a: int) -> bool:
-        """complete(ctx a) > -inf."""
+        """complete(ctx a) > -inf (a not EOS)."""
         from potentials.lift import Lifted
 
         inner = self.inner
         if isinstance(inner, Lifted):
             # from the byte state of ctx, without caching the state of every token tried
+            if a in inner._eos or a in inner._blocked:
+                return False
             state = inner.state(ctx)
-            nxt = inner._step(state, a)
-            return nxt is not None and await inner.potential.state_complete(nxt) > NEG_INF
+            return state is not None and await inner.potential.complete_after(
+                state, inner.vocab[a]) > NEG_INF
         return await inner.complete(inner.extend(ctx, a)) > NEG_INF

@@ -242,14 +242,39 @@ class Regex(BytePotential):
             return NEG_INF
         return 0.0
 
+    async def complete_after(self, state: int | bytes, data: bytes) -> float:
+        """state_complete(advance(state, data)). On the fallback the text is asked about
+        directly: a text ``regex.fullmatch`` accepts is in R(P), escapes the leading lookaheads
+        and is a partial match, so ``advance`` would have kept it."""
+        if self.dfa is not None:
+            nxt = self.dfa.walk(state, data)
+            return NEG_INF if nxt is None else await self.state_complete(nxt)
+        state, data = bytes(state), bytes(data)
+        if not self._relaxed_accepts(state, data):
+            return NEG_INF
+        return await self._fullmatch(state + data)
+
     async def state_complete(self, state: int | bytes) -> float:
         if self.dfa is not None:
             return 0.0 if self.dfa.accepts(state) else NEG_INF
+        if not self._relaxed_accepts(bytes(state), b""):
+            return NEG_INF  # outside R(P) ⊇ L(P)
+        return await self._fullmatch(bytes(state))
+
+    def _relaxed_accepts(self, state: bytes, data: bytes) -> bool:
+        """state + data is in R(P) (True without R(P)); from the cached state of ``state``."""
+        dfa = self.relaxed
+        if dfa is None:
+            return True
+        q = self._relaxed_at.get(state)
+        q = dfa.walk(dfa.start, state + data) if q is None else dfa.walk(q, data)
+        return q is not None and dfa.accepts(q)
+
+    async def _fullmatch(self, state: bytes) -> float:
+        """0 if the text fully matches (regex package, within the time budget), else -inf."""
         parts = split_utf8(state)
         if parts is None or parts[1]:
             return NEG_INF
-        if self.relaxed is not None and not self.relaxed.fullmatch(bytes(state)):
-            return NEG_INF  # outside R(P) ⊇ L(P)
         try:
             ok = self._rx.fullmatch(parts[0], timeout=self.timeout) is not None
         except TimeoutError:

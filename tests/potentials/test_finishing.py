@@ -25,6 +25,8 @@ from tests.toy_problems import FastToyLM, TokenPredicate, enumerate_paths, exact
 VOCAB = [b"a", b"b", b"ab", b"ba", b"<eos>"]
 EOS = 4
 PATTERN = "(ab)+"
+# the same language on the `regex` fallback (a backreference): its own completion fast path
+PATTERNS = ["(ab)+", r"(ab)\1*"]
 
 
 def lm_probs(ids):
@@ -34,8 +36,8 @@ def lm_probs(ids):
 LM = FastToyLM(VOCAB, b"<eos>", lm_probs)
 
 
-def _lifted():
-    return Lifted(Regex(PATTERN), LM)
+def _lifted(pattern: str = PATTERN):
+    return Lifted(Regex(pattern), LM)
 
 
 def _text(x: tuple[int, ...]) -> str:
@@ -50,9 +52,11 @@ def _viable(x: tuple[int, ...]) -> bool:
     return EOS not in x and regex.fullmatch(PATTERN, _text(x), partial=True) is not None
 
 
+@pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("ctx", [(), (0,), (2,), (0, 1), (2, 0), (1,)])
-def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx):
-    inner = _lifted()
+def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx, pattern):
+    inner = _lifted(pattern)
+    assert inner.potential.exact == (pattern == PATTERN)
     fin = Finishing(inner)
     base = asyncio.run(inner.logw_next(ctx))
     got = asyncio.run(fin.logw_next(ctx))
@@ -75,8 +79,9 @@ def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx):
     lambda pot: AWRSSampler(LM, pot, max_checks=1),
     lambda pot: ProposalSampler(LM, pot, inner=AWRSSampler),
 ], ids=["direct", "awrs", "awrs-cap1", "proposal-awrs"])
-def test_finishing_sampler_is_properly_weighted_by_enumeration(make, ctx):
-    sampler = make(_lifted()).finishing()
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_finishing_sampler_is_properly_weighted_by_enumeration(make, ctx, pattern):
+    sampler = make(_lifted(pattern)).finishing()
     assert isinstance(sampler.potential, Finishing)
     assert make(_lifted()).finishing() is not None and sampler.finishing() is not sampler
     want = np.exp(np.log(np.array(lm_probs(ctx))) + asyncio.run(sampler.potential.logw_next(ctx)))

@@ -126,3 +126,17 @@ async def test_recursive_pattern_rejects_non_word_text_without_the_regex_engine(
     assert await pot.prefix(text) == 0.0 and await pot.complete(text) == 0.0
     assert time.monotonic() - t0 < 1.0
     assert pot.budget_exceeded == 0
+
+
+@pytest.mark.parametrize("row", NOSAMPLE + SUBSET, ids=[r["regex"] for r in NOSAMPLE + SUBSET])
+async def test_complete_after_equals_advance_then_complete(row):
+    # the shortcut the last step before the forced EOS uses (potentials.finishing)
+    pot = Regex(row["regex"])
+    data = row["example"].encode()
+    for i in range(len(data) + 1):
+        state = pot.advance(pot.initial(), data[:i])
+        assert state is not None
+        for rest in [data[i:], data[i:-1], data[i:] + b"a", data[i:] + b"\xc3", b" ", b"1a"]:
+            nxt = pot.advance(state, rest)
+            want = NEG_INF if nxt is None else await pot.state_complete(nxt)
+            assert await pot.complete_after(state, rest) == want, (data[:i], rest)
