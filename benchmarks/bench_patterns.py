@@ -6,8 +6,9 @@ this repository, read from ``--corpus``):
     compile   Regex(P): automaton, regex-package fallback (with the reason), or an error
     generate  smc.generate(prompt(P), Regex(P), particles=N, max_tokens=T, chat=False), under a
               per-pattern wall-clock limit (``--timeout``)
-    constraint_s  seconds spent compiling the Regex and in its ``advance`` (the rest is the LM
-              and the engine), reported because a loaded machine's LM time swamps the total
+    constraint_s  seconds spent compiling the Regex and in its ``advance``, ``state_complete`` and
+              ``complete_after`` (the rest is the LM and the engine), reported because a loaded
+              machine's LM time swamps the total
     score     sum of posterior mass over distinct texts x with regex.fullmatch(P, x), the
               genlm-eval metric (0 when no sample finished or the run timed out)
 
@@ -96,8 +97,20 @@ async def run_one(pattern: str, lm, args) -> dict:
                 spent[0] += time.perf_counter() - t
         return run
 
-    # time inside the constraint (what this project's regex code costs), apart from the LM
+    def timed_async(fn):
+        async def run(*a):
+            t = time.perf_counter()
+            try:
+                return await fn(*a)
+            finally:
+                spent[0] += time.perf_counter() - t
+        return run
+
+    # time inside the constraint (what this project's regex code costs), apart from the LM:
+    # prefix steps, completion checks, and the last step's completion checks (complete_after)
     pot.advance = timed(pot.advance)
+    pot.state_complete = timed_async(pot.state_complete)
+    pot.complete_after = timed_async(pot.complete_after)
     rec["mode"] = "automaton" if pot.exact else "fallback"
     if not pot.exact:
         rec["reason"] = pot.fallback_reason
@@ -147,7 +160,7 @@ def summarize(recs: list[dict], timeout: float) -> None:
           f"{status['timeout']}, weighted accuracy {statistics.mean(r['score'] for r in recs):.3f}, "
           f"median {statistics.median(secs):.2f} s, max {max(secs):.2f} s")
     csecs = [r.get("constraint_s", r["seconds"]) for r in recs]
-    print(f"time inside the constraint (compile + advance): median {statistics.median(csecs):.2f} s,"
+    print(f"time inside the constraint (compile, prefix and completion checks): median {statistics.median(csecs):.2f} s,"
           f" max {max(csecs):.2f} s")
     print("per class: patterns / no sample / timeout / compile error / mean score")
     classes = sorted({feature_class(r) for r in recs})

@@ -23,11 +23,15 @@ states). Only the one step uses it; it is not a potential over whole sequences.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Sequence
 
 import numpy as np
 
 from potentials.base import NEG_INF, Potential
+
+#: next-token rows kept per Finishing potential (a few particles' last steps)
+ROW_CACHE = 64
 
 
 class Finishing(Potential):
@@ -44,6 +48,8 @@ class Finishing(Potential):
         self.size = inner.size
         self.eos_ids = tuple(inner.eos_ids)
         self._eos = frozenset(self.eos_ids)
+        # ctx -> logw_next(ctx): particles that resampling duplicated ask about the same ctx
+        self._rows: OrderedDict[Any, np.ndarray] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"Finishing({self.inner!r})"
@@ -71,12 +77,18 @@ class Finishing(Potential):
         # completion first: complete(x a) > -inf implies prefix(x a) > -inf (the contract), so
         # the inner weights are needed only for the few tokens that finish, never the inner's
         # whole next-token vector (seconds for a regex on the `regex` fallback)
-        if await self.inner.prefix(ctx) == NEG_INF:
-            return np.full(self.size, NEG_INF)
-        keep = [a for a in range(self.size) if a in self._eos or await self._finishes(ctx, a)]
+        key = tuple(ctx)
+        got = self._rows.get(key)
+        if got is not None:
+            return got.copy()
         out = np.full(self.size, NEG_INF)
-        if keep:
-            out[keep] = await self.inner.logw_subset(ctx, keep)
+        if await self.inner.prefix(ctx) > NEG_INF:
+            keep = [a for a in range(self.size) if a in self._eos or await self._finishes(ctx, a)]
+            if keep:
+                out[keep] = await self.inner.logw_subset(ctx, keep)
+        self._rows[key] = out.copy()
+        if len(self._rows) > ROW_CACHE:
+            self._rows.popitem(last=False)
         return out
 
     async def _finishes(self, ctx: Any, a: int) -> bool:

@@ -248,7 +248,7 @@ class Regex(BytePotential):
         and is a partial match, so ``advance`` would have kept it."""
         if self.dfa is not None:
             nxt = self.dfa.walk(state, data)
-            return NEG_INF if nxt is None else await self.state_complete(nxt)
+            return 0.0 if nxt is not None and self.dfa.accepts(nxt) else NEG_INF
         state, data = bytes(state), bytes(data)
         if not self._relaxed_accepts(state, data):
             return NEG_INF

@@ -67,6 +67,9 @@ def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx, pattern):
             finishes = _full(ctx + (a,))
             assert got[a] == (base[a] if finishes else NEG_INF), (ctx, a)
     np.testing.assert_array_equal(asyncio.run(fin.logw_subset(ctx, [3, 0, EOS, 2])), got[[3, 0, EOS, 2]])
+    got[:] = 7.0  # a caller writing into its row does not change the cached one
+    np.testing.assert_array_equal(asyncio.run(fin.logw_next(ctx)), asyncio.run(Finishing(inner).logw_next(ctx)))
+    got = asyncio.run(fin.logw_next(ctx))
     # the generic path (any token-level potential) agrees with the lifted fast path
     pred = TokenPredicate(len(VOCAB), [EOS], _viable, _full)
     np.testing.assert_array_equal(asyncio.run(Finishing(pred).logw_next(ctx)), got)
