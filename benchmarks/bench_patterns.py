@@ -17,8 +17,14 @@ weighted accuracy (mean score), median and max seconds per pattern, and the fail
 (the first feature that sends a pattern to the fallback). The prompt is genlm-eval's system
 prompt and three few-shot pairs as plain text (chat=False, as the issue's measurement did).
 
+With ``--newline-eos`` every token containing a newline also ends the text
+(``smc.with_eos(lm, ["\n"])``), as genlm-eval's pattern-matching model adaptor does: a different
+target (the answer ends at the line break the few-shot format puts after it), reported as a
+separate column, never mixed with the default runs.
+
     python benchmarks/bench_patterns.py [--corpus ../shared/corpora/patterns.csv] [--limit K]
         [--stride S] [--particles 5] [--max-tokens 32] [--timeout 60] [--seed 0] [--jsonl out.jsonl]
+        [--newline-eos]
 """
 
 from __future__ import annotations
@@ -185,6 +191,8 @@ async def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jsonl", type=Path, default=None)
+    ap.add_argument("--newline-eos", action="store_true",
+                    help="tokens containing a newline end the text too (genlm-eval's setup)")
     ap.add_argument("--summarize", type=Path, default=None,
                     help="only print the summary of a --jsonl file (e.g. of an interrupted run)")
     args = ap.parse_args()
@@ -199,9 +207,12 @@ async def main() -> None:
     patterns = load_patterns(args.corpus)[:: args.stride][: args.limit]
     t_load = time.perf_counter()
     lm = smc.load_lm()
+    if args.newline_eos:
+        lm = smc.with_eos(lm, ["\n"])
     print(f"corpus {args.corpus} ({len(patterns)} patterns); model loaded in "
           f"{time.perf_counter() - t_load:.1f} s; N={args.particles}, T={args.max_tokens}, "
-          f"timeout {args.timeout:.0f} s", flush=True)
+          f"timeout {args.timeout:.0f} s; EOS: {'EOS or a newline token' if args.newline_eos else 'EOS'}",
+          flush=True)
     out = open(args.jsonl, "w") if args.jsonl else None
     recs = []
     for i, pattern in enumerate(patterns):

@@ -33,6 +33,7 @@ _EXPORTS = {
     "beam": "smc.search",
     "steer": "smc.search",
     "top_k": "smc.search",
+    "with_eos": "smc.backends.stop",
 }
 
 __all__ = sorted(_EXPORTS)
