@@ -19,6 +19,11 @@ from samplers.direct import DirectSampler
 class MaskingSampler(DirectSampler):
     """Draw from t / T; weight 0 (not properly weighted; see module docstring)."""
 
+    def finishing(self) -> "MaskingSampler":
+        """Itself: the baseline stays plain local masking, which knows nothing of max_tokens
+        (the last-step restriction of TokenSampler.finishing is part of exact SMC)."""
+        return self
+
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
         token, log_mass = await super()._sample(ctx, draw)
         return token, NEG_INF if log_mass == NEG_INF else 0.0

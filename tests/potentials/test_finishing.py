@@ -17,7 +17,7 @@ from potentials import Regex
 from potentials.base import NEG_INF
 from potentials.finishing import Finishing
 from potentials.lift import Lifted
-from samplers import AWRSSampler, DirectSampler, ProposalSampler
+from samplers import AWRSSampler, DirectSampler, MaskingSampler, ProposalSampler
 from tests.toy_problems import FastToyLM, TokenPredicate, enumerate_paths, exact_target
 
 # "(ab)+" over a vocabulary whose LM prefers "a" and rarely ends: a particle at the last step
@@ -102,6 +102,8 @@ def test_finishing_is_built_once_and_only_with_a_potential():
     assert s.finishing() is s.finishing() and s.finishing().stats is s.stats
     plain = AWRSSampler(LM, None)
     assert plain.finishing() is plain
+    masking = MaskingSampler(LM, _lifted())
+    assert masking.finishing() is masking  # the improper baseline stays plain masking
     with pytest.raises(TypeError, match="Potential"):
         Finishing("(ab)+")
 
