@@ -125,3 +125,22 @@ def test_smc_z_unbiased_and_every_run_finishes(max_tokens, ess):
     assert abs(mean - z) < 3 * se + 1e-12, (mean, z, se)
     # every particle alive at the last step now ends on a finished text
     assert finished_runs == runs
+
+
+@pytest.mark.slow
+def test_issue10_pattern_finishes_on_the_embedded_model(embedded_lm):
+    # `(?>(?:a|b)(?>c|d))+` with genlm-eval's prompt: the model writes pairs and never EOS; at
+    # the last step only a token that completes a pair may be drawn, so the forced EOS finishes
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "benchmarks" / "bench_patterns.py"
+    spec = importlib.util.spec_from_file_location("bench_patterns", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    pattern = r"(?>(?:a|b)(?>c|d))+"
+    r = smc.generate(bench.prompt_for(pattern), Regex(pattern), lm=embedded_lm, particles=5,
+                     max_tokens=32, seed=0, chat=False, progress=False)
+    done = [s for s in r.samples if s.finished]
+    assert done and r.log_ml > NEG_INF
+    assert all(regex.fullmatch(pattern, s.text) for s in done)
