@@ -11,10 +11,9 @@ the fallback may reject a prefix when either says so and stays exact where it wa
 1. ``relaxed_automaton(P)``: a byte automaton of a *regular superset* R(P) of L(P), made by
    relaxing what an automaton cannot express:
 
-       lookahead (?=C) (?!C)            ->  empty (always holds)
+       lookarounds (?=C) (?!C) (?<=C) (?<!C)  ->  empty (always holds)
        word boundary \\b \\B              ->  empty (the regex package's \\w is not re's)
        a set with \\w \\d \\s or IGNORECASE ->  re's set united with the regex package's
-       lookbehind it cannot build       ->  empty
        atomic group, possessive repeat  ->  the ordinary group / greedy repeat (the cut only
                                             removes matches)
        backreference \\k                 ->  group k's body with its zero-width assertions
@@ -196,12 +195,8 @@ class _RelaxedNFA(_NFA):
 
     def item(self, op, av, cur: int, flags: int, pattern: str) -> int:
         if op in (C.ASSERT, C.ASSERT_NOT):
-            if self._strip or av[0] != -1:
-                return cur
-            try:
-                return self.lookbehind(av[1], op is C.ASSERT, cur, flags, pattern)
-            except UnsupportedRegex:
-                return cur
+            # lookbehinds too: their automata would read sets the way re does, not regex
+            return cur
         if op is C.AT and (self._strip or av in (C.AT_BOUNDARY, C.AT_NON_BOUNDARY)):
             return cur  # regex's word boundaries use its own \\w: relaxed to 'holds' 
         if op is C.ATOMIC_GROUP:

@@ -79,6 +79,7 @@ def test_relaxations_never_drop_a_match(row):
     (r"(a)(?i:\1)", "aA", ""),             # a case-insensitive backreference: any string
     (r"(\w)\1", "\u0301\u0301", ""),       # regex's \w has combining marks, re's has not
     (r"(a)\1", "ab", None),
+    (r"(.)(?<=\w)\1", "\u0301\u0301", ""),  # a lookbehind's \w is regex's too: relaxed away
     (r"(?>a+)b(?=c)\w", "ab", "c"),
     (r"(?>a+)b(?=c)\w", "ab ", None),       # the lookahead relaxed, the \w still enforced
     (r"(x)(?(1)y|z)\1", "xy", "x"),        # a conditional: both branches kept
