@@ -176,18 +176,27 @@ class _Pool:
                 self.q[d], self.alive[d] = 0.0, False
         return self.logq
 
-    def log_q_at(self, idx: np.ndarray) -> np.ndarray:
-        """log q at the indices ``idx`` (removed tokens included): from the CDF where the pool
-        has one (O(len(idx)), the same increments ``law_of_cdf`` takes), else from the row."""
+    def q_at(self, idx: np.ndarray) -> np.ndarray:
+        """q at the indices ``idx`` (removed tokens included): from the CDF where the pool has one
+        (O(len(idx)), the same increments ``law_of_cdf`` takes), else from the row."""
         if self.cdf is None:
-            return self.log_row()[idx]
+            self.log_row()
+            return np.exp(self.logq[idx])
         if self._c is None:
             self._c = self.cdf()
         c = self._c
-        prev = np.where(idx > 0, c[np.maximum(idx - 1, 0)], 0.0)
-        q = np.maximum((c[idx] - prev) / c[-1], 0.0)
+        prev = c[np.maximum(idx - 1, 0)]
+        prev[idx == 0] = 0.0
+        q = c[idx] - prev
+        q /= c[-1]
+        return np.maximum(q, 0.0, out=q)
+
+    def log_q_at(self, idx: np.ndarray) -> np.ndarray:
+        """log q at the indices ``idx`` (see ``q_at``)."""
+        if self.cdf is None:
+            return self.log_row()[idx]
         with np.errstate(divide="ignore"):
-            return np.log(q)
+            return np.log(self.q_at(idx))
 
     def next(self, draw: Draw) -> tuple[int, float, float] | None:
         """(d, q(d), log m) for the next candidate; None once no token of positive mass remains."""
@@ -396,7 +405,12 @@ class AWRSSampler(TokenSampler):
         weight log Z, Z = q(A), properly weighted since E[Z f(a)] = sum_{a in A} q(a) f(a).
         O(|A|): q is read from the CDF at A."""
         self.stats["exact_steps"] += 1
-        probs, log_z = normalized(pool.log_q_at(support))
+        q = pool.q_at(support)
+        z = float(q.sum())
+        if z > _TINY:  # linear space: a few microseconds for a few hundred tokens
+            return int(support[int(draw(q / z))]), math.log(z)
+        with np.errstate(divide="ignore"):
+            probs, log_z = normalized(np.log(q))
         if log_z == NEG_INF:
             return self.dead_token(pool.log_row()), NEG_INF
         return int(support[int(draw(probs))]), log_z

@@ -43,6 +43,7 @@ from smc.backends.base import (
 )
 from smc.backends.batching import AutoBatcher
 from smc.backends.prompts import Prompt, encode_prompt
+from smc.counters import register
 from smc.resampling import inverse_cdf
 
 #: picks an index of a probability vector (entries >= 0, summing to 1 up to rounding)
@@ -131,7 +132,8 @@ class TokenSampler(ABC):
             default, no prompt, leaves contexts as they are.
 
     ``stats`` counts ``steps`` (calls to sample), ``checks`` (single tokens whose weight was
-    asked for) and ``full_evaluations`` (whole next-token weight vectors computed).
+    asked for) and ``full_evaluations`` (whole next-token weight vectors computed); the sampler
+    registers itself, its LM and its potential with the current run (smc.counters) when it works.
     Samplers are shared by all particles and never copied when particles are.
     """
 
@@ -161,17 +163,20 @@ class TokenSampler(ABC):
 
     async def lm_logprobs(self, ctx: Sequence[int]) -> np.ndarray:
         """log p(. | prompt + ctx) as float64."""
+        register(self, self.lm)
         lp = await self.lm.next_token_logprobs(self.prompt_ids + tuple(ctx))
         return lp.detach().to("cpu").double().numpy() if hasattr(lp, "detach") else np.asarray(lp, float)
 
     async def lm_logprobs_at(self, ctx: Sequence[int], tokens: Sequence[int]) -> list[float]:
         """[log p(a | prompt + ctx) for a in tokens], without copying the whole row."""
+        register(self, self.lm)
         lp = await self.lm.next_token_logprobs(self.prompt_ids + tuple(ctx))
         picked = lp[list(tokens)]
         return [float(x) for x in (picked.tolist() if hasattr(picked, "tolist") else picked)]
 
     async def potential_logw(self, ctx: Sequence[int]) -> np.ndarray:
         """logw_next(ctx) over the whole vocabulary (zeros without a potential)."""
+        register(self, self.potential)
         if self.potential is None:
             return np.zeros(len(self.lm.vocab))
         self.stats["full_evaluations"] += 1
@@ -191,6 +196,7 @@ class TokenSampler(ABC):
 
     async def sample(self, ctx: Sequence[int], rng: RandomSource) -> tuple[int, float]:
         """A properly weighted draw ``(token, log_weight)`` for the target t at ``ctx``."""
+        register(self, self.lm, self.potential)
         self.stats["steps"] += 1
         draw = as_draw(rng)
         ctx = ctx if type(ctx) is tuple else tuple(ctx)

@@ -192,29 +192,6 @@ def _is_shared(obj: Any) -> bool:
     return is_shared(obj)
 
 
-def reachable(obj: Any, max_depth: int = 8) -> Iterator[Any]:
-    """Objects reachable from ``obj`` through attributes and containers, not inside LMs/potentials."""
-    seen: set[int] = set()
-    stack = [(obj, 0)]
-    while stack:
-        x, depth = stack.pop()
-        if id(x) in seen or depth > max_depth or isinstance(x, (str, bytes, int, float, bool)):
-            continue
-        seen.add(id(x))
-        yield x
-        if is_lm(x) or isinstance(x, Potential):
-            continue
-        if isinstance(x, TokenSampler):  # its private members are machinery (batchers), not state
-            children = [v for k, v in vars(x).items() if not k.startswith("_")]
-        elif isinstance(x, dict):
-            children = list(x.values())
-        elif isinstance(x, (list, tuple, set, frozenset)):
-            children = list(x)
-        else:
-            children = list(getattr(x, "__dict__", {}).values())
-        stack.extend((c, depth + 1) for c in children)
-
-
 # ---------------------------------------------------------------------------- distributions
 class Distribution(ABC):
     """A (possibly un-normalized) distribution a program can sample from or observe.
