@@ -43,6 +43,7 @@ from smc.backends.base import (
 )
 from smc.backends.batching import AutoBatcher
 from smc.backends.prompts import Prompt, encode_prompt
+from smc.concurrency import run_all
 from smc.counters import register
 from smc.resampling import inverse_cdf
 
@@ -206,6 +207,21 @@ class TokenSampler(ABC):
                 batcher = self._population_batcher = AutoBatcher(self._population_step, self.max_population)
             return await batcher.submit((ctx, draw))
         return await self._sample(ctx, draw)
+
+    async def sample_many(self, items: Sequence[tuple[Sequence[int], RandomSource]]) -> list[tuple[int, float]]:
+        """``[await self.sample(ctx, rng) for ctx, rng in items]``, computed together: with a
+        population step and engine draws (``BlockDraw`` with stream uniforms) the items go to
+        ``_population_step`` directly, ``max_population`` at a time, in order, which is the
+        batch the concurrent ``sample`` calls would form; otherwise the calls run concurrently."""
+        if not (self.population and all(type(d) is BlockDraw and len(d.stream) for _, d in items)):
+            return await run_all(self.sample(ctx, d) for ctx, d in items)
+        register(self, self.lm, self.potential)
+        self.stats["steps"] += len(items)
+        batch = [(ctx if type(ctx) is tuple else tuple(ctx), d) for ctx, d in items]
+        out: list[tuple[int, float]] = []
+        for k in range(0, len(batch), self.max_population):
+            out += await self._population_step(batch[k : k + self.max_population])
+        return out
 
     async def _population_step(self, items: list[tuple[tuple[int, ...], BlockDraw]]) -> list[tuple[int, float]]:
         """One batched LM call and one batched stream draw for all ``items``, then the sampler's

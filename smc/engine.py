@@ -16,18 +16,18 @@ interleave.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
 import os
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable
 
 import numpy as np
 
 from potentials.base import NEG_INF, logsumexp
 from samplers import TokenSampler
 from samplers.base import BlockDraw
+from smc.concurrency import run_all
 from smc.counters import RunCounters
 from smc.model import Model, is_lm
 from smc.resampling import ess as compute_ess
@@ -40,18 +40,6 @@ _BLOCK = 8
 _STREAM = 16
 
 Critic = Callable[[Model], "float | Awaitable[float]"]
-
-
-async def run_all(coros: Iterable[Awaitable[Any]]) -> list[Any]:
-    """Await all concurrently; on the first error (or cancellation) cancel the rest, then re-raise."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 #: most particles a run may have: beyond it the population itself (one program state and one
@@ -190,7 +178,7 @@ async def advance(
                 for i, u, s in zip(live, uniforms, seeds):
                     pop[i].untwist()
                     pop[i]._draw = BlockDraw(u[:_BLOCK], s, u[_BLOCK:])
-                await run_all(pop[i].step() for i in live)
+                await step_all([pop[i] for i in live])
                 if critic is not None:
                     await run_all(_apply_critic(critic, pop[i]) for i in live)
                 for i in live:
@@ -251,6 +239,17 @@ async def advance(
         "samplers": {f"{type(o).__name__}#{k}": d for k, (o, d) in enumerate(counted)},
     }
     return Result(samples=samples, log_ml=logsumexp(np.array(final)) - math.log(n), history=history, stats=stats)
+
+
+async def step_all(particles: list[Model]) -> None:
+    """Every particle's ``step``: through their program's ``step_population`` when they are all
+    of one program type that has one (the built-in ConstrainedGeneration), else concurrently."""
+    kind = type(particles[0])
+    together = getattr(kind, "step_population", None)
+    if together is not None and all(type(p) is kind for p in particles):
+        await together(particles)
+    else:
+        await run_all(p.step() for p in particles)
 
 
 async def _apply_critic(critic: Critic, p: Model) -> None:

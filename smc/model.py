@@ -17,6 +17,7 @@ state but never those (the sharing rule, ``is_shared``, below).
 
 from __future__ import annotations
 
+
 import copy
 import math
 import types
@@ -31,6 +32,7 @@ from potentials.base import NEG_INF, BytePotential, Potential, logsumexp
 from samplers import SAMPLERS, Draw, TokenSampler
 from smc.backends.base import LMBackend, check_backend, is_lm
 from smc.backends.prompts import Prompt, encode_prompt
+from smc.concurrency import run_all
 
 
 # ---------------------------------------------------------------------------- sharing
@@ -442,7 +444,9 @@ class ConstrainedGeneration(Model):
             if self.weight > NEG_INF:  # a dead particle stays unfinished
                 self.finish()
             return
-        token, logw = await self.sampler.sample(ctx, self.draw)
+        self._take(*await self.sampler.sample(ctx, self.draw))
+
+    def _take(self, token: int, logw: float) -> None:
         self.score(logw)
         if self.weight == NEG_INF:
             return
@@ -450,6 +454,25 @@ class ConstrainedGeneration(Model):
             self.finish()
         else:
             self.tokens.append(token)
+
+    @staticmethod
+    async def step_population(particles: Sequence["ConstrainedGeneration"]) -> None:
+        """``step`` of every particle, with the same results: the draws of each sampler in one
+        ``TokenSampler.sample_many`` call (its population step, without a task per particle);
+        particles at ``max_tokens`` take their ``step``."""
+        groups: dict[int, tuple[TokenSampler, list[ConstrainedGeneration]]] = {}
+        ends = []
+        for p in particles:
+            if len(p.tokens) >= p.max_tokens:
+                ends.append(p.step())
+            else:
+                groups.setdefault(id(p.sampler), (p.sampler, []))[1].append(p)
+
+        async def draw_group(sampler: TokenSampler, ps: list[ConstrainedGeneration]) -> None:
+            for p, got in zip(ps, await sampler.sample_many([(tuple(p.tokens), p.draw) for p in ps])):
+                p._take(*got)
+
+        await run_all([*ends, *(draw_group(s, ps) for s, ps in groups.values())])
 
     def token_ids(self) -> tuple[int, ...]:
         return tuple(self.tokens)

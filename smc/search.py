@@ -76,7 +76,8 @@ import numpy as np
 
 from potentials.base import NEG_INF, logsumexp
 from smc.counters import RunCounters, current
-from smc.engine import MAX_PARTICLES, run_all
+from smc.concurrency import run_all
+from smc.engine import MAX_PARTICLES
 from smc.model import ConstrainedGeneration, Model, is_lm
 from smc.result import Result, Sample
 
