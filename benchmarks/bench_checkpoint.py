@@ -35,7 +35,7 @@ import smc.checkpoint as ck  # noqa: E402
 from checkpoint_programs import CONSTRAINT, Words, make_lm  # noqa: E402
 from potentials import Regex  # noqa: E402
 from samplers import make_sampler  # noqa: E402
-from smc.model import ConstrainedGeneration, clone_state, is_lm, reachable  # noqa: E402
+from smc.model import ConstrainedGeneration, clone_state, is_lm  # noqa: E402
 from potentials.base import Potential  # noqa: E402
 from samplers.base import TokenSampler  # noqa: E402
 
@@ -48,6 +48,30 @@ def old_generation_clone(m: ConstrainedGeneration) -> ConstrainedGeneration:
     new = copy.copy(m)
     new.tokens = list(m.tokens)
     return new
+
+
+def reachable(obj, max_depth=8):
+    """The old graph walk: objects reachable from ``obj`` through attributes and containers, not
+    inside LMs/potentials."""
+    seen: set[int] = set()
+    stack = [(obj, 0)]
+    while stack:
+        x, depth = stack.pop()
+        if id(x) in seen or depth > max_depth or isinstance(x, (str, bytes, int, float, bool)):
+            continue
+        seen.add(id(x))
+        yield x
+        if is_lm(x) or isinstance(x, Potential):
+            continue
+        if isinstance(x, TokenSampler):  # its private members are machinery (batchers), not state
+            children = [v for k, v in vars(x).items() if not k.startswith("_")]
+        elif isinstance(x, dict):
+            children = list(x.values())
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            children = list(x)
+        else:
+            children = list(getattr(x, "__dict__", {}).values())
+        stack.extend((c, depth + 1) for c in children)
 
 
 def old_generic_clone(m):

@@ -119,10 +119,12 @@ class BareTimer:
         self.lm._dists = self._inner_dists
 
     def _wrapped(self, inner):
-        def call(requests):
-            out = inner(requests)
+        def call(*args):
+            out = inner(*args)
+            requests = args[-1]  # (source, ids) pairs for the batcher; ids after the source for _dists
+            first = requests[0][1] if isinstance(requests[0][-1], tuple) else requests[0]
             t0 = time.perf_counter()
-            self._bare(len(requests), requests[0])
+            self._bare(len(requests), first)
             self.total += time.perf_counter() - t0
             return out
 

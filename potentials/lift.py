@@ -182,6 +182,8 @@ class Lifted(Potential):
         # the allowed non-EOS tokens of the cached masks with at most support_limit of them
         # (known_support): samplers then need no constraint checks at such a state
         self._supports: dict[Any, np.ndarray] = {}
+        # the same with the EOS ids added, for the states of those keys where the text may end
+        self._supports_eos: dict[Any, np.ndarray] = {}
         self.support_limit = 4096
         # plain_text_key k -> (which plain tokens satisfy L_k among those of at most B chars, B)
         self._plain_masks: OrderedDict[Any, tuple[np.ndarray, float]] = OrderedDict()
@@ -296,7 +298,9 @@ class Lifted(Potential):
                     if len(allowed) <= self.support_limit:
                         self._supports[key] = allowed
                     if len(self._masks) > self.mask_cache_size:
-                        self._supports.pop(self._masks.popitem(last=False)[0], None)
+                        old = self._masks.popitem(last=False)[0]
+                        self._supports.pop(old, None)
+                        self._supports_eos.pop(old, None)
             else:
                 self._masks.move_to_end(key)
                 self.stats["mask_cache_hits"] += 1
@@ -322,7 +326,10 @@ class Lifted(Potential):
             return None
         self.stats["mask_cache_hits"] += 1
         if await self.potential.state_complete(state) - base > NEG_INF:
-            allowed = np.union1d(allowed, self.eos_ids)
+            with_eos = self._supports_eos.get(key)
+            if with_eos is None:
+                with_eos = self._supports_eos[key] = np.union1d(allowed, self.eos_ids)
+            return with_eos
         return allowed
 
     async def _mask(self, state: Any) -> np.ndarray:

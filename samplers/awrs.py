@@ -39,7 +39,9 @@ the context's state is cached and small), the step is exact instead: a ~ p 1_A /
 Z = p(A), read from the row's CDF at A only (O(|A|), no checks). Properly weighted for the same
 target (E[Z f(a)] = sum_{a in A} p(a) f(a)), with no variance in the local weight. Which of the
 two a step takes depends on the context and the potential's caches (filled by earlier steps, of
-any particle), never on this particle's own draws, so each step stays properly weighted.
+any particle), never on this particle's own draws, so each step stays properly weighted. In a
+population step the exact steps of all particles at one support run as one set of array
+operations (``_exact_rows``), with the same arithmetic per particle, so the same results.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from itertools import accumulate
 from typing import Callable, Sequence
 
 import numpy as np
+import torch
 
 from potentials.base import NEG_INF, Potential, normalized
 from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream
@@ -176,18 +179,27 @@ class _Pool:
                 self.q[d], self.alive[d] = 0.0, False
         return self.logq
 
-    def log_q_at(self, idx: np.ndarray) -> np.ndarray:
-        """log q at the indices ``idx`` (removed tokens included): from the CDF where the pool
-        has one (O(len(idx)), the same increments ``law_of_cdf`` takes), else from the row."""
+    def q_at(self, idx: np.ndarray) -> np.ndarray:
+        """q at the indices ``idx`` (removed tokens included): from the CDF where the pool has one
+        (O(len(idx)), the same increments ``law_of_cdf`` takes), else from the row."""
         if self.cdf is None:
-            return self.log_row()[idx]
+            self.log_row()
+            return np.exp(self.logq[idx])
         if self._c is None:
             self._c = self.cdf()
         c = self._c
-        prev = np.where(idx > 0, c[np.maximum(idx - 1, 0)], 0.0)
-        q = np.maximum((c[idx] - prev) / c[-1], 0.0)
+        prev = c[np.maximum(idx - 1, 0)]
+        prev[idx == 0] = 0.0
+        q = c[idx] - prev
+        q /= c[-1]
+        return np.maximum(q, 0.0, out=q)
+
+    def log_q_at(self, idx: np.ndarray) -> np.ndarray:
+        """log q at the indices ``idx`` (see ``q_at``)."""
+        if self.cdf is None:
+            return self.log_row()[idx]
         with np.errstate(divide="ignore"):
-            return np.log(q)
+            return np.log(self.q_at(idx))
 
     def next(self, draw: Draw) -> tuple[int, float, float] | None:
         """(d, q(d), log m) for the next candidate; None once no token of positive mass remains."""
@@ -307,24 +319,82 @@ class AWRSSampler(TokenSampler):
     async def _sample_population(
         self, items: list[tuple[tuple[int, ...], BlockDraw]], dists: NextTokenDists, streams: list[Stream]
     ) -> list[tuple[int, float]]:
-        out: list[tuple[int, float]] = []
+        out: list[tuple[int, float]] = [(0, NEG_INF)] * len(items)
         paths: list[tuple[int, list[float]]] = []  # (particle, rates) whose weight is pending
-        for (ctx, draw), st in zip(items, streams):
-            if self.potential is None and st.probs[0] > 0.0:
-                out.append((st.tokens[0], 0.0))  # the common case, without building a pool
+        exact: dict[int, tuple[np.ndarray, list[int]]] = {}  # id(support) -> (support, particles)
+        for b, ((ctx, draw), st) in enumerate(zip(items, streams)):
+            if self.potential is None:
+                if st.probs[0] > 0.0:
+                    out[b] = (st.tokens[0], 0.0)  # the common case, without building a pool
+                    continue
+                support = None
+            else:
+                support = await self.potential.known_support(ctx)
+            if support is not None and len(support):
+                # exact steps change no cache, so they can wait and run per support together
+                exact.setdefault(id(support), (support, []))[1].append(b)
                 continue
             pool = _Pool(st.candidate, st.row, st.cdf)
-            token, w = await self._simulate(ctx, pool, draw)
+            if support is not None:
+                token, w = self._exact_on(support, pool, draw)
+            else:
+                token, w = await self._simulate(ctx, pool, draw, known=True)
             if type(w) is list:
-                paths.append((len(out), w))
-                w = NEG_INF
-            out.append((token, w))
+                paths.append((b, w))
+            out[b] = (token, w)
+        for support, rows in exact.values():
+            for b, got in zip(rows, self._exact_rows(support, rows, [items[b][1] for b in rows], dists, streams)):
+                out[b] = got
         if paths:  # every particle's weight integral at once
             for (b, _), w in zip(paths, log_inv_times([r for _, r in paths])):
                 out[b] = (out[b][0], w)
         return out
 
-    async def _simulate(self, ctx: tuple[int, ...], pool: _Pool, draw: Draw) -> tuple[int, float | list[float]]:
+    def _exact_rows(self, support: np.ndarray, rows: list[int], draws: list[BlockDraw], dists: NextTokenDists,
+                    streams: list[Stream]) -> list[tuple[int, float]]:
+        """``_exact_on(support, ...)`` for the particles ``rows`` of a population step, with one
+        set of array operations: q at the support read from the rows' CDFs (one gather on their
+        device), the masses Z, and one inverse-CDF draw per row from q 1_A / Z, each step the
+        same arithmetic as ``_exact_on``'s (so the same token and weight)."""
+        cdf = dists.cdf
+        prev = np.maximum(support - 1, 0)
+        if cdf.device.type == "cpu":  # numpy's gather: torch's advanced indexing costs ~0.3 ms a call
+            c = cdf.detach().numpy()
+            r = np.asarray(rows)[:, None]
+            hi, lo, total = c[r, support[None, :]], c[r, prev[None, :]], c[r[:, 0], -1]
+            if c.dtype != np.float64:
+                hi, lo, total = hi.astype(np.float64), lo.astype(np.float64), total.astype(np.float64)
+        else:
+            idx, before = torch.as_tensor(support, device=cdf.device), torch.as_tensor(prev, device=cdf.device)
+            r = torch.as_tensor(rows, device=cdf.device)[:, None]
+            hi = cdf[r, idx[None, :]].to("cpu", torch.float64).numpy()
+            lo = cdf[r, before[None, :]].to("cpu", torch.float64).numpy()
+            total = cdf[r[:, 0], -1].to("cpu", torch.float64).numpy()
+        lo[:, support == 0] = 0.0
+        q = hi - lo
+        q /= total[:, None]
+        np.maximum(q, 0.0, out=q)
+        z = q.sum(axis=1)
+        small = z <= _TINY
+        self.stats["exact_steps"] += len(rows) - int(small.sum())  # _exact_on counts the others
+        z[small] = 1.0
+        probs = q / z[:, None]
+        c = np.cumsum(probs, axis=1)
+        u = np.array([d.uniform() if not t else 0.0 for d, t in zip(draws, small)])
+        pick = (c <= (u * c[:, -1])[:, None]).sum(axis=1)
+        out = []
+        for k, b in enumerate(rows):
+            if small[k]:  # log space, one particle at a time
+                out.append(self._exact_on(support, _Pool(None, streams[b].row, streams[b].cdf), draws[k]))
+                continue
+            i = int(pick[k])
+            if i >= len(support) or probs[k, i] <= 0:  # u Z rounded up to Z (as inverse_cdf)
+                i = int(np.flatnonzero(probs[k] > 0)[-1])
+            out.append((int(support[i]), math.log(float(z[k]))))
+        return out
+
+    async def _simulate(self, ctx: tuple[int, ...], pool: _Pool, draw: Draw,
+                        known: bool = False) -> tuple[int, float | list[float]]:
         """The event simulation of the module docstring over ``pool``'s candidates; shared by the
         reference path, the population step, and plain draw functions (exact enumeration).
 
@@ -333,9 +403,10 @@ class AWRSSampler(TokenSampler):
         if self.potential is None:
             got = pool.next(draw)
             return (got[0], 0.0) if got is not None else (self.dead_token(pool.log_row()), NEG_INF)
-        support = await self.potential.known_support(ctx)
-        if support is not None:
-            return self._exact_on(support, pool, draw)
+        if not known:  # (known: the caller asked, and the potential did not know the support)
+            support = await self.potential.known_support(ctx)
+            if support is not None:
+                return self._exact_on(support, pool, draw)
         checked: dict[int, float] = {}
         log_rates: list[float] = []
         first: int | None = None
@@ -396,7 +467,12 @@ class AWRSSampler(TokenSampler):
         weight log Z, Z = q(A), properly weighted since E[Z f(a)] = sum_{a in A} q(a) f(a).
         O(|A|): q is read from the CDF at A."""
         self.stats["exact_steps"] += 1
-        probs, log_z = normalized(pool.log_q_at(support))
+        q = pool.q_at(support)
+        z = float(q.sum())
+        if z > _TINY:  # linear space: a few microseconds for a few hundred tokens
+            return int(support[int(draw(q / z))]), math.log(z)
+        with np.errstate(divide="ignore"):
+            probs, log_z = normalized(np.log(q))
         if log_z == NEG_INF:
             return self.dead_token(pool.log_row()), NEG_INF
         return int(support[int(draw(probs))]), log_z

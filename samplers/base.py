@@ -44,6 +44,8 @@ from smc.backends.base import (
 )
 from smc.backends.batching import AutoBatcher
 from smc.backends.prompts import Prompt, encode_prompt
+from smc.concurrency import run_all
+from smc.counters import register
 from smc.resampling import inverse_cdf
 
 #: picks an index of a probability vector (entries >= 0, summing to 1 up to rounding)
@@ -132,7 +134,8 @@ class TokenSampler(ABC):
             default, no prompt, leaves contexts as they are.
 
     ``stats`` counts ``steps`` (calls to sample), ``checks`` (single tokens whose weight was
-    asked for) and ``full_evaluations`` (whole next-token weight vectors computed).
+    asked for) and ``full_evaluations`` (whole next-token weight vectors computed); the sampler
+    registers itself, its LM and its potential with the current run (smc.counters) when it works.
     Samplers are shared by all particles and never copied when particles are.
     """
 
@@ -162,17 +165,20 @@ class TokenSampler(ABC):
 
     async def lm_logprobs(self, ctx: Sequence[int]) -> np.ndarray:
         """log p(. | prompt + ctx) as float64."""
+        register(self, self.lm)
         lp = await self.lm.next_token_logprobs(self.prompt_ids + tuple(ctx))
         return lp.detach().to("cpu").double().numpy() if hasattr(lp, "detach") else np.asarray(lp, float)
 
     async def lm_logprobs_at(self, ctx: Sequence[int], tokens: Sequence[int]) -> list[float]:
         """[log p(a | prompt + ctx) for a in tokens], without copying the whole row."""
+        register(self, self.lm)
         lp = await self.lm.next_token_logprobs(self.prompt_ids + tuple(ctx))
         picked = lp[list(tokens)]
         return [float(x) for x in (picked.tolist() if hasattr(picked, "tolist") else picked)]
 
     async def potential_logw(self, ctx: Sequence[int]) -> np.ndarray:
         """logw_next(ctx) over the whole vocabulary (zeros without a potential)."""
+        register(self, self.potential)
         if self.potential is None:
             return np.zeros(len(self.lm.vocab))
         self.stats["full_evaluations"] += 1
@@ -214,6 +220,7 @@ class TokenSampler(ABC):
 
     async def sample(self, ctx: Sequence[int], rng: RandomSource) -> tuple[int, float]:
         """A properly weighted draw ``(token, log_weight)`` for the target t at ``ctx``."""
+        register(self, self.lm, self.potential)
         self.stats["steps"] += 1
         draw = as_draw(rng)
         ctx = ctx if type(ctx) is tuple else tuple(ctx)
@@ -223,6 +230,21 @@ class TokenSampler(ABC):
                 batcher = self._population_batcher = AutoBatcher(self._population_step, self.max_population)
             return await batcher.submit((ctx, draw))
         return await self._sample(ctx, draw)
+
+    async def sample_many(self, items: Sequence[tuple[Sequence[int], RandomSource]]) -> list[tuple[int, float]]:
+        """``[await self.sample(ctx, rng) for ctx, rng in items]``, computed together: with a
+        population step and engine draws (``BlockDraw`` with stream uniforms) the items go to
+        ``_population_step`` directly, ``max_population`` at a time, in order, which is the
+        batch the concurrent ``sample`` calls would form; otherwise the calls run concurrently."""
+        if not (self.population and all(type(d) is BlockDraw and len(d.stream) for _, d in items)):
+            return await run_all(self.sample(ctx, d) for ctx, d in items)
+        register(self, self.lm, self.potential)
+        self.stats["steps"] += len(items)
+        batch = [(ctx if type(ctx) is tuple else tuple(ctx), d) for ctx, d in items]
+        out: list[tuple[int, float]] = []
+        for k in range(0, len(batch), self.max_population):
+            out += await self._population_step(batch[k : k + self.max_population])
+        return out
 
     async def _population_step(self, items: list[tuple[tuple[int, ...], BlockDraw]]) -> list[tuple[int, float]]:
         """One batched LM call and one batched stream draw for all ``items``, then the sampler's

@@ -12,7 +12,7 @@ so this is what plain constrained decoding does; it is *not* properly weighted.
 from __future__ import annotations
 
 from potentials.base import NEG_INF
-from samplers.base import Draw
+from samplers.base import BlockDraw, Draw
 from samplers.direct import DirectSampler
 
 
@@ -27,3 +27,6 @@ class MaskingSampler(DirectSampler):
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
         token, log_mass = await super()._sample(ctx, draw)
         return token, NEG_INF if log_mass == NEG_INF else 0.0
+
+    async def _population_step(self, items: list[tuple[tuple[int, ...], BlockDraw]]) -> list[tuple[int, float]]:
+        return [(t, NEG_INF if w == NEG_INF else 0.0) for t, w in await super()._population_step(items)]

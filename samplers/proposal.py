@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from potentials.base import NEG_INF, Potential
+from smc.counters import register
 from samplers.base import Draw, TokenSampler
 from smc.backends.base import LMBackend
 
@@ -49,6 +50,7 @@ class ProposalSampler(TokenSampler):
         self.stats = self.inner.stats  # checks and steps are the inner sampler's
 
     async def sample(self, ctx: Sequence[int], rng: Any) -> tuple[int, float]:
+        register(self, self.lm)  # before the inner sampler, whose stats dict this one shares
         ctx = tuple(ctx)
         token, log_wq = await self.inner.sample(ctx, rng)
         if log_wq == NEG_INF:

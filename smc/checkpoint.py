@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from smc.backends.base import LMBackend
-from smc.engine import Counters, Critic, Run, advance
+from smc.counters import RunCounters
+from smc.engine import Critic, Run, advance
 from smc.model import _ATOMIC, _children, is_lm, is_shared, shared_paths
 from smc.result import Result
 
@@ -383,7 +384,7 @@ async def aresume(
     if target is not None:
         info = None if gen is None else dict(gen)
         writer = CheckpointWriter(target, info, constraint_bytes=constraint_bytes if info else None)
-    result = await advance(run, Counters(run.pop), critic=critic, progress=progress, writer=writer)
+    result = await advance(run, RunCounters(), critic=critic, progress=progress, writer=writer)
     if gen is not None:
         result.stats.update(prompt_tokens=len(gen["prompt_ids"]), sampler=gen["sampler"], max_tokens=gen["max_tokens"])
     return result

@@ -16,19 +16,20 @@ interleave.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
 import os
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable
 
 import numpy as np
 
-from potentials.base import NEG_INF, Potential, logsumexp
+from potentials.base import NEG_INF, logsumexp
 from samplers import TokenSampler
 from samplers.base import BlockDraw
-from smc.model import Model, is_lm, reachable
+from smc.concurrency import run_all
+from smc.counters import RunCounters
+from smc.model import Model, is_lm
 from smc.resampling import ess as compute_ess
 from smc.resampling import get_scheme
 from smc.result import Result, Sample, StepRecord
@@ -39,18 +40,6 @@ _BLOCK = 8
 _STREAM = 16
 
 Critic = Callable[[Model], "float | Awaitable[float]"]
-
-
-async def run_all(coros: Iterable[Awaitable[Any]]) -> list[Any]:
-    """Await all concurrently; on the first error (or cancellation) cancel the rest, then re-raise."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 #: most particles a run may have: beyond it the population itself (one program state and one
@@ -83,17 +72,6 @@ def check_smc_args(particles: Any, ess_threshold: Any, resampling: Any, seed: An
             raise ValueError(f"seed must be a non-negative integer or None, got {seed}")
 
 
-def _counters(objs: list[Any]) -> list[dict[str, float]]:
-    return [
-        {k: v for k, v in getattr(o, "stats", {}).items() if isinstance(v, (int, float))} for o in objs
-    ]
-
-
-def _delta(before: list[dict], objs: list[Any]) -> list[dict[str, float]]:
-    after = _counters(objs)
-    return [{k: a[k] - b.get(k, 0) for k in a} for a, b in zip(after, before)]
-
-
 class Run:
     """The state of an SMC run between two steps: everything a checkpoint stores.
 
@@ -107,23 +85,6 @@ class Run:
         self.pop, self.rng, self.settings = pop, rng, settings
         self.history = [] if history is None else history
         self.step, self.elapsed_s = step, elapsed_s
-
-
-class Counters:
-    """Backend and sampler counters of the objects reachable from some particles, read before
-    a run (or a resumed part of one) so that its stats report only its own work."""
-
-    def __init__(self, roots: Iterable[Any]):
-        objs: list[Any] = []
-        seen: set[int] = set()
-        for root in roots:
-            for o in reachable(root):
-                if id(o) not in seen:
-                    seen.add(id(o))
-                    objs.append(o)
-        self.lms = [o for o in objs if is_lm(o)]
-        self.counted = [o for o in objs if isinstance(o, (TokenSampler, Potential)) and hasattr(o, "stats")]
-        self.before_lm, self.before_cnt = _counters(self.lms), _counters(self.counted)
 
 
 async def smc(
@@ -170,10 +131,11 @@ async def smc(
     n = int(particles)
     settings = dict(particles=n, ess_threshold=float(ess_threshold), resampling=resampling, seed=seed,
                     max_steps=max_steps, progress_total=progress_total, critic=critic is not None)
-    counters = Counters([model])
+    counters = RunCounters()
     t0 = time.perf_counter()
     run = Run([model.clone() for _ in range(n)], np.random.default_rng(seed), settings)
-    await run_all(p.start() for p in run.pop)
+    with counters.active():
+        await run_all(p.start() for p in run.pop)
     if writer is not None:
         writer.write(run, time.perf_counter() - t0)
     return await advance(run, counters, critic=critic, progress=progress, writer=writer, t0=t0)
@@ -181,7 +143,7 @@ async def smc(
 
 async def advance(
     run: Run,
-    counters: Counters,
+    counters: RunCounters,
     *,
     critic: Critic | None,
     progress: bool | None,
@@ -189,7 +151,8 @@ async def advance(
     t0: float | None = None,
 ) -> Result:
     """Step ``run`` until no live unfinished particle remains (or ``max_steps``), writing a
-    checkpoint after each step when ``writer`` is given; then the Result of the whole run."""
+    checkpoint after each step when ``writer`` is given; then the Result of the whole run, whose
+    stats report the work of the objects registered with ``counters`` (smc.counters)."""
     t0 = time.perf_counter() if t0 is None else t0
     cfg = run.settings
     n, ess_threshold, max_steps = cfg["particles"], cfg["ess_threshold"], cfg["max_steps"]
@@ -201,73 +164,67 @@ async def advance(
 
         bar = tqdm(total=cfg["progress_total"] or max_steps, initial=run.step, delay=0 if progress else 2.0,
                    unit="step", leave=False)
-    try:
-        step = run.step
-        while max_steps is None or step < max_steps:
-            live = [i for i, p in enumerate(pop) if not p.finished and p.weight > NEG_INF]
-            if not live:
-                break
-            step += 1
-            lengths = [p.n_tokens() for p in pop]
-            uniforms = rng.random((len(live), _BLOCK + _STREAM))
-            seeds = rng.integers(0, 2**63 - 1, size=len(live)).tolist()
-            for i, u, s in zip(live, uniforms, seeds):
-                pop[i].untwist()
-                pop[i]._draw = BlockDraw(u[:_BLOCK], s, u[_BLOCK:])
-            await run_all(pop[i].step() for i in live)
-            if critic is not None:
-                await run_all(_apply_critic(critic, pop[i]) for i in live)
-            for i in live:
-                pop[i]._draw = None
-            lw = np.array([p.weight for p in pop], dtype=float)
-            e = compute_ess(lw)
-            live_set = set(live)
-            record = dict(
-                step=step,
-                active=[i in live_set for i in range(n)],
-                tokens=[p.tokens_since(k) for p, k in zip(pop, lengths)],
-                log_weights=lw.tolist(),
-                finished=[p.finished for p in pop],
-                ess=e,
-            )
-            if e > 0 and e < ess_threshold * n:
-                total = logsumexp(lw)
-                ancestors = scheme(np.exp(lw - total), n, rng)
-                mean = total - math.log(n)
-                used: set[int] = set()
-                new = []
-                for a in ancestors:
-                    new.append(pop[a].clone() if a in used else pop[a])
-                    used.add(int(a))
-                for p in new:
-                    p.weight = mean
-                pop = run.pop = new
-                record["ancestors"] = [int(a) for a in ancestors]
-            history.append(StepRecord(**record))
-            run.step = step
-            if writer is not None:
-                writer.write(run, run.elapsed_s + time.perf_counter() - t0)
+    with counters.active():
+        try:
+            step = run.step
+            while max_steps is None or step < max_steps:
+                live = [i for i, p in enumerate(pop) if not p.finished and p.weight > NEG_INF]
+                if not live:
+                    break
+                step += 1
+                lengths = [p.n_tokens() for p in pop]
+                uniforms = rng.random((len(live), _BLOCK + _STREAM))
+                seeds = rng.integers(0, 2**63 - 1, size=len(live)).tolist()
+                for i, u, s in zip(live, uniforms, seeds):
+                    pop[i].untwist()
+                    pop[i]._draw = BlockDraw(u[:_BLOCK], s, u[_BLOCK:])
+                await step_all([pop[i] for i in live])
+                if critic is not None:
+                    await run_all(_apply_critic(critic, pop[i]) for i in live)
+                for i in live:
+                    pop[i]._draw = None
+                lw = np.array([p.weight for p in pop], dtype=float)
+                e = compute_ess(lw)
+                live_set = set(live)
+                record = dict(
+                    step=step,
+                    active=[i in live_set for i in range(n)],
+                    tokens=[p.tokens_since(k) for p, k in zip(pop, lengths)],
+                    log_weights=lw.tolist(),
+                    finished=[p.finished for p in pop],
+                    ess=e,
+                )
+                if e > 0 and e < ess_threshold * n:
+                    total = logsumexp(lw)
+                    ancestors = scheme(np.exp(lw - total), n, rng)
+                    mean = total - math.log(n)
+                    used: set[int] = set()
+                    new = []
+                    for a in ancestors:
+                        new.append(pop[a].clone() if a in used else pop[a])
+                        used.add(int(a))
+                    for p in new:
+                        p.weight = mean
+                    pop = run.pop = new
+                    record["ancestors"] = [int(a) for a in ancestors]
+                history.append(StepRecord(**record))
+                run.step = step
+                if writer is not None:
+                    writer.write(run, run.elapsed_s + time.perf_counter() - t0)
+                if bar is not None:
+                    bar.update(1)
+        finally:
             if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+                bar.close()
 
-    # objects created during the run (e.g. samplers a program builds lazily) count from zero
-    lms, counted = counters.lms, counters.counted
-    before_lm, before_cnt = counters.before_lm, counters.before_cnt
-    known = {id(o) for o in lms + counted}
-    for o in (o for p in pop for o in reachable(p)):
-        if id(o) not in known and (is_lm(o) or (isinstance(o, (TokenSampler, Potential)) and hasattr(o, "stats"))):
-            known.add(id(o))
-            (lms if is_lm(o) else counted).append(o)
-            (before_lm if is_lm(o) else before_cnt).append({})
     final = [p.weight if p.finished else NEG_INF for p in pop]
     samples = [
         Sample(p.text(), tuple(p.token_ids()), float(p.weight), bool(p.finished and p.weight > NEG_INF))
         for p in pop
     ]
-    lm_delta, cnt_delta = _delta(before_lm, lms), _delta(before_cnt, counted)
+    deltas = counters.deltas()
+    lm_delta = [d for o, d in deltas if is_lm(o)]
+    counted = [(o, d) for o, d in deltas if not is_lm(o)]
     stats = {
         "particles": n,
         "steps": len(history),
@@ -276,16 +233,23 @@ async def advance(
         "wall_time_s": run.elapsed_s + time.perf_counter() - t0,
         "lm_requests": sum(d.get("requests", 0) for d in lm_delta),
         "lm_forward_passes": sum(d.get("forward_passes", 0) for d in lm_delta),
-        "constraint_checks": sum(
-            d.get("checks", 0) for d, o in zip(cnt_delta, counted) if isinstance(o, TokenSampler)
-        ),
-        "full_evaluations": sum(
-            d.get("full_evaluations", 0) for d, o in zip(cnt_delta, counted) if isinstance(o, TokenSampler)
-        ),
+        "constraint_checks": sum(d.get("checks", 0) for o, d in counted if isinstance(o, TokenSampler)),
+        "full_evaluations": sum(d.get("full_evaluations", 0) for o, d in counted if isinstance(o, TokenSampler)),
         "lm": lm_delta[0] if len(lm_delta) == 1 else lm_delta,
-        "samplers": {f"{type(o).__name__}#{k}": d for k, (d, o) in enumerate(zip(cnt_delta, counted))},
+        "samplers": {f"{type(o).__name__}#{k}": d for k, (o, d) in enumerate(counted)},
     }
     return Result(samples=samples, log_ml=logsumexp(np.array(final)) - math.log(n), history=history, stats=stats)
+
+
+async def step_all(particles: list[Model]) -> None:
+    """Every particle's ``step``: through their program's ``step_population`` when they are all
+    of one program type that has one (the built-in ConstrainedGeneration), else concurrently."""
+    kind = type(particles[0])
+    together = getattr(kind, "step_population", None)
+    if together is not None and all(type(p) is kind for p in particles):
+        await together(particles)
+    else:
+        await run_all(p.step() for p in particles)
 
 
 async def _apply_critic(critic: Critic, p: Model) -> None:

@@ -17,6 +17,7 @@ state but never those (the sharing rule, ``is_shared``, below).
 
 from __future__ import annotations
 
+
 import copy
 import math
 import types
@@ -31,6 +32,7 @@ from potentials.base import NEG_INF, BytePotential, Potential, logsumexp
 from samplers import SAMPLERS, Draw, TokenSampler
 from smc.backends.base import LMBackend, check_backend, is_lm
 from smc.backends.prompts import Prompt, encode_prompt
+from smc.concurrency import run_all
 
 
 # ---------------------------------------------------------------------------- sharing
@@ -190,29 +192,6 @@ def _shared_inside(x: Any) -> Iterator[Any]:
 def _is_shared(obj: Any) -> bool:
     warnings.warn("smc.model._is_shared is now smc.model.is_shared", DeprecationWarning, stacklevel=2)
     return is_shared(obj)
-
-
-def reachable(obj: Any, max_depth: int = 8) -> Iterator[Any]:
-    """Objects reachable from ``obj`` through attributes and containers, not inside LMs/potentials."""
-    seen: set[int] = set()
-    stack = [(obj, 0)]
-    while stack:
-        x, depth = stack.pop()
-        if id(x) in seen or depth > max_depth or isinstance(x, (str, bytes, int, float, bool)):
-            continue
-        seen.add(id(x))
-        yield x
-        if is_lm(x) or isinstance(x, Potential):
-            continue
-        if isinstance(x, TokenSampler):  # its private members are machinery (batchers), not state
-            children = [v for k, v in vars(x).items() if not k.startswith("_")]
-        elif isinstance(x, dict):
-            children = list(x.values())
-        elif isinstance(x, (list, tuple, set, frozenset)):
-            children = list(x)
-        else:
-            children = list(getattr(x, "__dict__", {}).values())
-        stack.extend((c, depth + 1) for c in children)
 
 
 # ---------------------------------------------------------------------------- distributions
@@ -468,11 +447,15 @@ class ConstrainedGeneration(Model):
             if self.weight > NEG_INF:  # a dead particle stays unfinished
                 self.finish()
             return
-        # the last token before the forced EOS: only tokens after which the text can finish
-        # (samplers.base.TokenSampler.finishing; the same target pi, see potentials.finishing)
-        last = len(ctx) == self.max_tokens - 1
-        sampler = self.sampler.finishing() if last else self.sampler
-        token, logw = await sampler.sample(ctx, self.draw)
+        self._take(*await self._sampler_now().sample(ctx, self.draw))
+
+    def _sampler_now(self) -> TokenSampler:
+        """The sampler of this step: ``sampler.finishing()`` for the last token before the
+        forced EOS (only tokens after which the text can finish; the same target pi, see
+        potentials.finishing), else ``sampler``."""
+        return self.sampler.finishing() if len(self.tokens) == self.max_tokens - 1 else self.sampler
+
+    def _take(self, token: int, logw: float) -> None:
         self.score(logw)
         if self.weight == NEG_INF:
             return
@@ -480,6 +463,26 @@ class ConstrainedGeneration(Model):
             self.finish()
         else:
             self.tokens.append(token)
+
+    @staticmethod
+    async def step_population(particles: Sequence["ConstrainedGeneration"]) -> None:
+        """``step`` of every particle, with the same results: the draws of each sampler in one
+        ``TokenSampler.sample_many`` call (its population step, without a task per particle);
+        particles at ``max_tokens`` take their ``step``."""
+        groups: dict[int, tuple[TokenSampler, list[ConstrainedGeneration]]] = {}
+        ends = []
+        for p in particles:
+            if len(p.tokens) >= p.max_tokens:
+                ends.append(p.step())
+            else:
+                s = p._sampler_now()
+                groups.setdefault(id(s), (s, []))[1].append(p)
+
+        async def draw_group(sampler: TokenSampler, ps: list[ConstrainedGeneration]) -> None:
+            for p, got in zip(ps, await sampler.sample_many([(tuple(p.tokens), p.draw) for p in ps])):
+                p._take(*got)
+
+        await run_all([*ends, *(draw_group(s, ps) for s, ps in groups.values())])
 
     def token_ids(self) -> tuple[int, ...]:
         return tuple(self.tokens)

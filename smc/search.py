@@ -64,18 +64,21 @@ When every particle's children number at most ``n_beam`` and every pool at most
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import numpy as np
 
 from potentials.base import NEG_INF, logsumexp
-from smc.engine import MAX_PARTICLES, _counters, _delta, run_all
-from smc.model import ConstrainedGeneration, Model, is_lm, reachable
+from smc.counters import RunCounters, current
+from smc.concurrency import run_all
+from smc.engine import MAX_PARTICLES
+from smc.model import ConstrainedGeneration, Model, is_lm
 from smc.result import Result, Sample
 
 #: random paths one step of a general Model may have before ``beam``/``steer`` refuse it
@@ -238,12 +241,11 @@ def _top(logw: np.ndarray, k: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- bookkeeping
 class _Run:
-    """The LMs' counters before a run, and the Result at its end."""
+    """The Result at the end of a search run: its LMs' counters come from the objects that
+    registered with the run (smc.counters; the search functions run inside ``_counted``)."""
 
-    def __init__(self, model: Model):
-        objs = list(reachable(model))
-        self.lms = [o for o in objs if is_lm(o)]
-        self.before = _counters(self.lms)
+    def __init__(self) -> None:
+        self.counters = current() or RunCounters()
         self.t0 = time.perf_counter()
 
     def result(self, pop: list[Model], log_ml: float, stats: dict[str, Any]) -> Result:
@@ -251,7 +253,7 @@ class _Run:
             Sample(p.text(), tuple(p.token_ids()), float(p.weight), bool(p.finished and p.weight > NEG_INF))
             for p in pop
         ]
-        lm_delta = _delta(self.before, self.lms)
+        lm_delta = [d for o, d in self.counters.deltas() if is_lm(o)]
         stats.update(
             wall_time_s=time.perf_counter() - self.t0,
             lm_requests=sum(d.get("requests", 0) for d in lm_delta),
@@ -260,7 +262,19 @@ class _Run:
         return Result(samples=samples, log_ml=log_ml, stats=stats)
 
 
+def _counted(fn: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
+    """Run the search ``fn`` as a run of its own for the counters (smc.counters)."""
+
+    @functools.wraps(fn)
+    async def counted(*args: Any, **kwargs: Any) -> Result:
+        with RunCounters().active():
+            return await fn(*args, **kwargs)
+
+    return counted
+
+
 # ---------------------------------------------------------------------------- beam search
+@_counted
 async def beam(
     model: Model, beam_width: int = 4, *, max_steps: int | None = None, max_paths: int = MAX_PATHS
 ) -> Result:
@@ -286,7 +300,7 @@ async def beam(
     _check_count(max_paths, "max_paths", limit=10**9)
     if max_steps is not None:
         _check_count(max_steps, "max_steps", limit=10**9)
-    run = _Run(model)
+    run = _Run()
     root = model.clone()
     await root.start()
     pool = [root] if root.weight > NEG_INF else []
@@ -316,6 +330,7 @@ async def beam(
 MAX_EXPANSIONS = 10_000
 
 
+@_counted
 async def top_k(
     model: Model,
     k: int = 4,
@@ -350,7 +365,7 @@ async def top_k(
     k = _check_count(k, "k")
     _check_count(max_expansions, "max_expansions", limit=10**9)
     _check_count(max_paths, "max_paths", limit=10**9)
-    run = _Run(model)
+    run = _Run()
     root = model.clone()
     await root.start()
     seq = itertools.count()
@@ -435,6 +450,7 @@ def _reweighted(p: Model, w: float) -> Model:
     return p
 
 
+@_counted
 async def steer(
     model: Model,
     n_particles: int = 16,
@@ -470,7 +486,7 @@ async def steer(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
     rng = np.random.default_rng(seed)
-    run = _Run(model)
+    run = _Run()
     root = model.clone()
     await root.start()
     pop = [root] if root.weight > NEG_INF else []

@@ -55,6 +55,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from smc.counters import register
+
 
 _INT = {int}
 
@@ -93,6 +95,7 @@ def dists_from_logprobs(logp: torch.Tensor) -> NextTokenDists:
 async def next_token_dists(lm: LMBackend, batch: Sequence[Sequence[int]]) -> NextTokenDists:
     """``lm.batch_next_token_dists(batch)`` when the backend has it, else derived from
     ``lm.batch_next_token_logprobs`` (any object meeting the backend protocol)."""
+    register(lm)
     method = getattr(lm, "batch_next_token_dists", None)
     if method is not None:
         return await method(batch)
@@ -200,10 +203,12 @@ class AsyncLM(ABC):
 
     async def next_token_logprobs(self, ids: Sequence[int]) -> torch.Tensor:
         """log p(. | ids) over the whole vocabulary (1-D, logsumexp == 0)."""
+        register(self)
         return await self._next_token_logprobs(self.check_ids(ids))
 
     async def batch_next_token_logprobs(self, batch: Sequence[Sequence[int]]) -> torch.Tensor:
         """Rows log p(. | ids) for every context in ``batch`` (2-D)."""
+        register(self)
         checked = [self.check_ids(ids) for ids in batch]
         if not checked:
             return torch.empty((0, len(self.vocab)))

@@ -462,3 +462,86 @@ def test_lazy_stream_candidates_equal_the_batched_search():
         assert len(lazy[b].tokens) == 3 and len(full[b].tokens) == K
         assert [lazy[b].candidate(j) for j in range(K)] == [full[b].candidate(j) for j in range(K)]
         assert lazy[b].candidate(K) is None and full[b].candidate(K) is None
+
+
+@pytest.mark.parametrize("tiny", [False, True], ids=["plain", "tiny-mass"])
+def test_batched_exact_steps_equal_the_one_particle_exact_step_bit_for_bit(tiny):
+    """Particles of a population step at states with a known support take their exact steps
+    together (``_exact_rows``): same tokens and the very same weights as ``_exact_on`` one at a
+    time, including a support that holds token 0 and, with ``tiny``, masses below 1e-200 (the
+    log-space route)."""
+    from potentials import Regex
+    from potentials.lift import Lifted
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = [c.encode() for c in letters] + [(a + b).encode() for a in letters[:10] for b in letters[:10]]
+    vocab.append(b"<eos>")
+    n = len(vocab)
+    p = np.random.default_rng(3).dirichlet(np.full(n, 0.3))
+    if tiny:  # the allowed tokens (a-m) get almost no mass at the longer contexts
+        low = np.array([v[:1] in b"abcdefghijklm" and v != b"<eos>" for v in vocab])
+
+        def probs(ids):
+            q = p.copy()
+            if len(ids) >= 2:
+                q[low] *= 1e-250
+            return q / q.sum()
+    else:
+        def probs(ids):
+            return np.roll(p[:-1], len(ids)).tolist() + [p[-1]]
+    lm = FastToyLM(vocab, b"<eos>", probs)
+    pot = Lifted(Regex("[a-m]{3,6}" if tiny else "[a-m]{0,6}"), lm)
+    sampler = AWRSSampler(lm, pot)
+    ctxs = [(), (0,), (1, 2), (0, 12), (3,), (2, 2)] * 5
+    for c in set(ctxs):
+        asyncio.run(pot.logw_next(c))
+    assert all(asyncio.run(pot.known_support(c)) is not None for c in ctxs)
+    assert 0 in asyncio.run(pot.known_support(()))
+    rng = np.random.default_rng(11)
+    blocks = [(rng.random(8), int(rng.integers(2**32)), rng.random(16)) for _ in ctxs]
+    fast = asyncio.run(sampler._population_step([(c, BlockDraw(*b)) for c, b in zip(ctxs, blocks)]))
+    ref = [asyncio.run(sampler._sample(c, BlockDraw(*b))) for c, b in zip(ctxs, blocks)]
+    assert fast == ref
+    assert sampler.stats["exact_steps"] == 2 * len(ctxs) and sampler.stats["checks"] == 0
+    if tiny:
+        assert min(w for _, w in fast) < -500  # the log-space route was taken
+
+
+@pytest.mark.parametrize("kind", [DirectSampler, MaskingSampler])
+@pytest.mark.parametrize("phi", [PHI, SOFT, None], ids=["boolean", "graded", "none"])
+def test_direct_population_step_equals_reference_path(kind, phi):
+    """The direct (and masking) population step, which forms every particle's row on the LM's
+    device and draws with one batched search, gives the reference path's token for the same
+    uniform and its weight up to rounding, dead ends included."""
+    n = 300
+    vocab = [f"t{i}".encode() for i in range(n - 1)] + [b"<eos>"]
+    p = np.random.default_rng(4).dirichlet(np.full(n, 0.2))
+    lm = FastToyLM(vocab, b"<eos>", lambda ids: np.roll(p, len(ids)))
+    pot = None if phi is None else TokenPredicate(n, [n - 1], lambda x: all(t % 3 == 0 for t in x) and len(x) < 3)
+    if phi is SOFT:
+        pot = TokenSoft(n, [n - 1], lambda x: 0.7 * sum(t % 2 for t in x), lambda x: 0.2 * len(x) - 0.5)
+    sampler = kind(lm, pot)
+    rng = np.random.default_rng(2)
+    ctxs = [(), (3,), (3, 6), (1,), (9, 3, 0)] * 6
+    blocks = [(rng.random(8), int(rng.integers(2**32)), rng.random(16)) for _ in ctxs]
+    blocks[0][0][0] = np.nextafter(1.0, 0.0)  # u T may round up to T: the last token of positive mass
+    fast = asyncio.run(sampler._population_step([(c, BlockDraw(*b)) for c, b in zip(ctxs, blocks)]))
+    ref = [asyncio.run(sampler._sample(c, BlockDraw(*b))) for c, b in zip(ctxs, blocks)]
+    assert [t for t, _ in fast] == [t for t, _ in ref]
+    np.testing.assert_allclose([w for _, w in fast], [w for _, w in ref], rtol=1e-12, atol=1e-12)
+    if phi is PHI:
+        assert any(w == NEG_INF for _, w in fast) and any(w > NEG_INF for _, w in fast)  # dead ends too
+
+
+def test_packed_mask_unpacks_to_the_weight_rows():
+    """A Boolean potential's rows travel to a non-CPU device as a little-endian bitmask; unpacked
+    there they are the same 0 / -inf rows (checked here on the CPU, for odd vocabulary sizes)."""
+    from samplers.direct import unpack_mask
+
+    rng = np.random.default_rng(0)
+    for v in (1, 7, 8, 9, 300):
+        allowed = rng.random((5, v)) < 0.3
+        rows = np.where(allowed, 0.0, NEG_INF)
+        packed = torch.from_numpy(np.packbits(allowed, axis=1, bitorder="little"))
+        assert packed.shape == (5, (v + 7) // 8)
+        assert torch.equal(unpack_mask(packed, v), torch.from_numpy(rows))
