@@ -24,7 +24,9 @@ the extra time of (d) over (a) goes, per request:
                      serialization, and any scheduling difference)
     row conversion   = smc.backends.vllm.flat_logprobs_row on one (b) output, timed alone
                      (the rest of (d) - (b) is the hop to the backend's thread and noise)
-and, for scale, the engine core's logprob arithmetic alone (log_softmax + topk(V) of a B x V
+Also (e) = (b) with vLLM's FlatLogprobs.append_fast patched to extend its lists in one call
+per field (``extend_flat_logprobs``, benchmark only): what that upstream change would save.
+And, for scale, the engine core's logprob arithmetic alone (log_softmax + topk(V) of a B x V
 tensor on one thread, as vLLM's CPU engine runs the model).
 
 Run:  .venv-vllm/bin/python benchmarks/bench_vllm.py [--quick] [--vocab]
@@ -36,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import shutil
 import statistics
@@ -267,6 +271,31 @@ async def _instrumented_batch(engine, prompts, params, tag) -> tuple[list, dict[
     return outs, spent
 
 
+@contextlib.contextmanager
+def extend_flat_logprobs():
+    """Benchmark-only patch standing for an upstream vLLM change: ``FlatLogprobs.append_fast``
+    with one ``list.extend`` per field instead of four ``append`` calls per vocabulary entry
+    (the same lists result). Restored on exit."""
+    from vllm.logprobs import FlatLogprobs
+
+    original = FlatLogprobs.__dict__["append_fast"]
+
+    def append_fast(self, token_ids, logprobs, ranks, decoded_tokens):
+        n = len(token_ids)  # == len(logprobs): one per listed token
+        self.start_indices.append(len(self.logprobs))
+        self.token_ids.extend(token_ids)
+        self.logprobs.extend(logprobs)
+        self.ranks.extend(itertools.islice(ranks, n))
+        self.decoded_tokens.extend(itertools.islice(decoded_tokens, n))
+        self.end_indices.append(len(self.logprobs))
+
+    FlatLogprobs.append_fast = append_fast
+    try:
+        yield
+    finally:
+        FlatLogprobs.append_fast = original
+
+
 def _median_time(f, repeats: int = 5) -> float:
     ts = []
     for _ in range(repeats):
@@ -322,6 +351,9 @@ def bench_vocab(model: str, batches: list[int], length: int, repeats: int) -> li
                 t = time.perf_counter()
                 asyncio.run(lm.batch_next_token_logprobs(contexts))
                 times.setdefault("d_backend", []).append((time.perf_counter() - t) / B)
+                with extend_flat_logprobs():
+                    dt = on_loop(_timed_batch, prompts, variants["b_flat_logprobs"], f"e-{B}-{r}")
+                times.setdefault("e_flat_extend", []).append(dt / B)
             outs, front = on_loop(
                 _instrumented_batch, prompts, variants["b_flat_logprobs"], f"timed-{B}"
             )
@@ -342,13 +374,13 @@ def bench_vocab(model: str, batches: list[int], length: int, repeats: int) -> li
 def print_vocab_table(rows: list[dict]) -> None:
     """Part 3's table: ms per request, and the split of (b) - (a) and (d) - (b)."""
     print("\nper-request cost (ms) against vocabulary size; tiny Llama", TINY_SHAPE)
-    print("     V    B      a      b      c      d    b-a    d-b | front end (lists decode)"
+    print("     V    B      a      b      c      d      e    b-a    d-b | front end (lists decode)"
           "  engine core | row conversion | log_softmax+topk(V) alone")
     for r in rows:
         ms = {k: 1000 * v for k, v in r.items() if isinstance(v, float)}
         core = ms["b_flat_logprobs"] - ms["a_no_logprobs"] - ms["front_lists"] - ms["front_decode"]
         print(f"{r['vocab']:6d} {r['batch']:4d} {ms['a_no_logprobs']:6.1f} {ms['b_flat_logprobs']:6.1f} "
-              f"{ms['c_dict_logprobs']:6.1f} {ms['d_backend']:6.1f} "
+              f"{ms['c_dict_logprobs']:6.1f} {ms['d_backend']:6.1f} {ms['e_flat_extend']:6.1f} "
               f"{ms['b_flat_logprobs'] - ms['a_no_logprobs']:6.1f} {ms['d_backend'] - ms['b_flat_logprobs']:6.1f} |"
               f" {ms['front_process_outputs']:9.1f} ({ms['front_lists']:5.1f} {ms['front_decode']:6.1f})"
               f" {core:12.1f} | {ms['convert']:14.1f} | {ms['engine_arith']:9.1f}")
