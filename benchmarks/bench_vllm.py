@@ -22,8 +22,9 @@ the extra time of (d) over (a) goes, per request:
                      deserializing engine-core messages; "process_outputs" contains "lists"
     vLLM engine core = (b) - (a) - lists - decode  (log_softmax, the top-V sort, ranks,
                      serialization, and any scheduling difference)
-    row conversion   = smc.backends.vllm.flat_logprobs_row on one (b) output, timed alone
-                     (the rest of (d) - (b) is the hop to the backend's thread and noise)
+    row conversion   = smc.backends.vllm.flat_logprobs_row on one (b) output, timed alone, and
+                     its time inside the (d) rounds (the rest of (d) - (b): the hop between
+                     threads, torch.stack, and run-to-run noise)
 Also (e) = (b) with vLLM's FlatLogprobs.append_fast patched to extend its lists in one call
 per field (``extend_flat_logprobs``, benchmark only): what that upstream change would save.
 And, for scale, the engine core's logprob arithmetic alone (log_softmax + topk(V) of a B x V
@@ -272,6 +273,26 @@ async def _instrumented_batch(engine, prompts, params, tag) -> tuple[list, dict[
 
 
 @contextlib.contextmanager
+def _timing(owner, name: str, acc: list[float]):
+    """Adds the seconds spent in ``owner.name`` (looked up at call time) to ``acc[0]`` while
+    active. Restored on exit."""
+    original = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            acc[0] += time.perf_counter() - t
+
+    setattr(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextlib.contextmanager
 def extend_flat_logprobs():
     """Benchmark-only patch standing for an upstream vLLM change: ``FlatLogprobs.append_fast``
     with one ``list.extend`` per field instead of four ``append`` calls per vocabulary entry
@@ -322,6 +343,7 @@ def bench_vocab(model: str, batches: list[int], length: int, repeats: int) -> li
     batch size. One engine (the backend's own) serves the raw requests too."""
     from vllm.inputs import TokensPrompt
 
+    import smc.backends.vllm as vllm_backend
     from smc.backends.vllm import VLLMBackend, flat_logprobs_row
 
     variants = _variants()
@@ -344,16 +366,21 @@ def bench_vocab(model: str, batches: list[int], length: int, repeats: int) -> li
                 on_loop(_timed_batch, prompts[:1], params, f"warm-{name}-{B}")
             asyncio.run(lm.batch_next_token_logprobs(contexts[:1]))
             times: dict[str, list[float]] = {}
+            in_d = [0.0]  # seconds inside flat_logprobs_row during the (d) rounds
             for r in range(repeats):
-                for name, params in variants.items():
-                    dt = on_loop(_timed_batch, prompts, params, f"{name}-{B}-{r}")
+                # (b) and (d) back to back; (c), the slowest by far, last.
+                for name in ("a_no_logprobs", "b_flat_logprobs"):
+                    dt = on_loop(_timed_batch, prompts, variants[name], f"{name}-{B}-{r}")
                     times.setdefault(name, []).append(dt / B)
-                t = time.perf_counter()
-                asyncio.run(lm.batch_next_token_logprobs(contexts))
-                times.setdefault("d_backend", []).append((time.perf_counter() - t) / B)
+                with _timing(vllm_backend, "flat_logprobs_row", in_d):
+                    t = time.perf_counter()
+                    asyncio.run(lm.batch_next_token_logprobs(contexts))
+                    times.setdefault("d_backend", []).append((time.perf_counter() - t) / B)
                 with extend_flat_logprobs():
                     dt = on_loop(_timed_batch, prompts, variants["b_flat_logprobs"], f"e-{B}-{r}")
                 times.setdefault("e_flat_extend", []).append(dt / B)
+                dt = on_loop(_timed_batch, prompts, variants["c_dict_logprobs"], f"c-{B}-{r}")
+                times.setdefault("c_dict_logprobs", []).append(dt / B)
             outs, front = on_loop(
                 _instrumented_batch, prompts, variants["b_flat_logprobs"], f"timed-{B}"
             )
@@ -364,7 +391,8 @@ def bench_vocab(model: str, batches: list[int], length: int, repeats: int) -> li
             )
             row = dict(vocab=V, batch=B, **{k: statistics.median(v) for k, v in times.items()},
                        **{f"front_{k}": v / B for k, v in front.items()},
-                       convert=convert, engine_arith=engine_logprob_arith(B, V))
+                       convert=convert, convert_in_d=in_d[0] / (B * repeats),
+                       engine_arith=engine_logprob_arith(B, V))
             print(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()}),
                   flush=True)
             rows.append(row)
@@ -375,7 +403,7 @@ def print_vocab_table(rows: list[dict]) -> None:
     """Part 3's table: ms per request, and the split of (b) - (a) and (d) - (b)."""
     print("\nper-request cost (ms) against vocabulary size; tiny Llama", TINY_SHAPE)
     print("     V    B      a      b      c      d      e    b-a    d-b | front end (lists decode)"
-          "  engine core | row conversion | log_softmax+topk(V) alone")
+          "  engine core | row conversion: alone, in d | log_softmax+topk(V) alone")
     for r in rows:
         ms = {k: 1000 * v for k, v in r.items() if isinstance(v, float)}
         core = ms["b_flat_logprobs"] - ms["a_no_logprobs"] - ms["front_lists"] - ms["front_decode"]
@@ -383,7 +411,8 @@ def print_vocab_table(rows: list[dict]) -> None:
               f"{ms['c_dict_logprobs']:6.1f} {ms['d_backend']:6.1f} {ms['e_flat_extend']:6.1f} "
               f"{ms['b_flat_logprobs'] - ms['a_no_logprobs']:6.1f} {ms['d_backend'] - ms['b_flat_logprobs']:6.1f} |"
               f" {ms['front_process_outputs']:9.1f} ({ms['front_lists']:5.1f} {ms['front_decode']:6.1f})"
-              f" {core:12.1f} | {ms['convert']:14.1f} | {ms['engine_arith']:9.1f}")
+              f" {core:12.1f} | {ms['convert']:20.1f} {ms['convert_in_d']:5.1f} |"
+              f" {ms['engine_arith']:9.1f}")
 
 
 def main() -> None:

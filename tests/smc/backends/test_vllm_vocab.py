@@ -108,7 +108,7 @@ def test_vocab_benchmark_runs(tiny_dir):
     (row,) = bench_vllm.bench_vocab(str(tiny_dir), [2], 8, 1)
     assert row["vocab"] == BASE + EXTRA and row["batch"] == 2
     for key in ("a_no_logprobs", "b_flat_logprobs", "c_dict_logprobs", "d_backend",
-                "e_flat_extend", "front_lists", "convert", "engine_arith"):
+                "e_flat_extend", "front_lists", "convert", "convert_in_d", "engine_arith"):
         assert row[key] > 0, key
     # The logprob listing is part of the output processing that contains it.
     assert row["front_lists"] <= row["front_process_outputs"]
