@@ -50,4 +50,4 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_PY) -m pytest -q -x --durations=10 tests/smc/backends/test_vllm_backend.py
+	$(VLLM_PY) -m pytest -q -x --durations=10 -m vllm tests/smc/backends/test_vllm_backend.py tests/smc/backends/test_vllm_vocab.py
