@@ -37,7 +37,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from typing import Iterable
+from typing import Any, Iterable
 
 from potentials._compat import (
     C,
@@ -1036,21 +1036,29 @@ def compile_regex(pattern: str, flags: int = 0, *, lookaround: bool = False) -> 
     return _build(pattern, tree, gflags, {}, lookaround)
 
 
-def _compile_regex_package_syntax(pattern: str, flags: int) -> ByteDFA:
-    """The automaton of a pattern only the ``regex`` package accepts, with regex's meaning."""
+def parse_regex_package_syntax(pattern: str, flags: int) -> tuple[Any, int, dict[int, Intervals]] | None:
+    """(parse tree, global flags, placeholder -> code-point set) of a pattern in the ``regex``
+    package's syntax, through its translation to ``re`` syntax (potentials.regex_syntax); None
+    when it has no translation."""
     from potentials.regex_syntax import translate
 
-    unsupported = UnsupportedRegex(
-        f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks")
     got = translate(pattern, flags)
     if got is None:
-        raise unsupported
+        return None
     rewritten, sets = got
     try:
         tree, gflags = parse_flags(rewritten, flags)
     except InvalidRegex:
-        raise unsupported from None
-    return _build(pattern, tree, gflags, sets)
+        return None
+    return tree, gflags, dict(sets)
+
+
+def _compile_regex_package_syntax(pattern: str, flags: int) -> ByteDFA:
+    """The automaton of a pattern only the ``regex`` package accepts, with regex's meaning."""
+    got = parse_regex_package_syntax(pattern, flags)
+    if got is None:
+        raise UnsupportedRegex(f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks")
+    return _build(pattern, *got)
 
 
 def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals],

@@ -55,6 +55,7 @@ from potentials.fsm import (
     _render,
     all_chars,
     parse_flags,
+    parse_regex_package_syntax,
 )
 
 #: a private-use code point standing for one character of the pattern's alphabet (recursion);
@@ -268,17 +269,7 @@ def _tree(pattern: str, flags: int) -> tuple[Any, int, dict] | None:
         return tree, gflags, {}
     except InvalidRegex:
         pass
-    from potentials.regex_syntax import translate
-
-    got = translate(pattern, flags)
-    if got is None:
-        return None
-    rewritten, sets = got
-    try:
-        tree, gflags = parse_flags(rewritten, flags)
-    except InvalidRegex:
-        return None
-    return tree, gflags, dict(sets)
+    return parse_regex_package_syntax(pattern, flags)
 
 
 def relaxed_automaton(pattern: str, flags: int = 0) -> ByteDFA | None:
