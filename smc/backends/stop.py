@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from smc.backends.base import check_backend
+from smc.backends.base import LMBackend, check_backend
 
 
 class WithEOS:
@@ -25,7 +25,7 @@ class WithEOS:
     #: an LM backend: shared by particles, never copied or pickled with them
     shared_by_particles = True
 
-    def __init__(self, lm: Any, extra_ids: Iterable[int]):
+    def __init__(self, lm: LMBackend, extra_ids: Iterable[int]):
         self._lm = lm
         self.eos_token_ids = sorted({int(i) for i in lm.eos_token_ids} | {int(i) for i in extra_ids})
 
@@ -38,7 +38,7 @@ class WithEOS:
         return f"with_eos({self._lm!r}, {len(self.eos_token_ids)} EOS ids)"
 
 
-def with_eos(lm: Any, containing: Iterable[str | bytes]) -> WithEOS:
+def with_eos(lm: LMBackend, containing: Iterable[str | bytes]) -> WithEOS:
     """``lm`` whose EOS set also holds every token whose bytes contain one of ``containing``.
 
     Args:
