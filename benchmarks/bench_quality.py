@@ -14,9 +14,11 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     unconstrained        one sample with no constraint (budget max_tokens + 32: the model may
                          chat before answering), read as a user would (quality_tasks.parse_answer:
                          outermost {...}, first regex match, first grammar line)
-    SAMPLER[:WS][:budget] SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
+    SAMPLER[:WS][:budget[=RATE]]
+                         SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
                          grammar tasks), and with ``budget`` the smc.twists.BudgetTwist critic
+                         (rate RATE, default 1)
 
 Summary: per method and N, the mean of each quantity over runs with a 95% bootstrap interval
 (runs resampled with replacement, 2000 times), and "finished where masking finished": among the
@@ -57,7 +59,7 @@ DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
 
 
 def parse_method(spec: str) -> dict:
-    """'unconstrained' or 'SAMPLER[:WS][:budget]' -> {sampler, whitespace, critic}."""
+    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]]' -> {sampler, whitespace, critic}."""
     if spec == "unconstrained":
         return {"sampler": None, "whitespace": None, "critic": None}
     parts = spec.split(":")
@@ -70,7 +72,7 @@ def parse_method(spec: str) -> dict:
             ws = p
         elif p.isdigit():
             ws = int(p)
-        elif p == "budget":
+        elif p == "budget" or p.startswith("budget="):
             critic = p
         else:
             raise ValueError(f"unknown part {p!r} in method {spec!r}")
@@ -105,10 +107,11 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
                    log_ml=None, wall_s=wall, best=text[:300], tokens=len(r.samples[0].token_ids))
         return rec
     critic = None
-    if m["critic"] == "budget":
+    if m["critic"] is not None:
         from smc.twists import BudgetTwist
 
-        critic = BudgetTwist()
+        _, _, rate = m["critic"].partition("=")
+        critic = BudgetTwist(rate=float(rate or 1.0))
     r = smc.generate(task.prompt, constraint_for(task, m["whitespace"]), lm=lm, particles=n,
                      max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
                      ess_threshold=ess_threshold, progress=False, critic=critic)

@@ -161,6 +161,15 @@ class BytePotential(Potential, Generic[S]):
         """
         return None
 
+    def completion_key(self, state: S) -> Hashable | None:
+        """A hashable key under which states are taken to need equally long completions.
+
+        Only heuristics read it (the budget twist, smc.twists, remembers completion lengths
+        under it), never a weight, so it may be coarser than ``mask_key``: it needs to group
+        states whose shortest accepted completions are about as long. Default: ``mask_key``.
+        """
+        return self.mask_key(state)
+
     def plain_text_budget(self, state: S) -> float | None:
         """None, or B >= 0 (inf allowed) such that for every *plain text* w -- complete UTF-8
         characters, none of them a control character, '"' or '\\' (``is_plain_text``) --

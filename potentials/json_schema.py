@@ -253,6 +253,12 @@ class JSONSchema(BytePotential[JSONState]):
             return state.configs
         return (state.configs, state.text()[start:])
 
+    def completion_key(self, state: JSONState) -> Any:
+        """The recognizer configurations alone: the text inside an open container changes
+        what its closing bracket accepts only in rare cases (uniqueItems, checks at the end),
+        not how far away that bracket is."""
+        return state.configs
+
     def _open_start(self, configs: frozenset) -> int | None:
         """The smallest offset at which a checked container still open in ``configs`` starts."""
         got = self._starts.get(configs, self)

@@ -53,6 +53,11 @@ class ByteProduct(BytePotential):
         kb = None if ka is None else self.b.mask_key(state[1])
         return None if kb is None else (ka, kb)
 
+    def completion_key(self, state: tuple[Any, Any]) -> Hashable | None:
+        ka = self.a.completion_key(state[0])
+        kb = None if ka is None else self.b.completion_key(state[1])
+        return None if kb is None else (ka, kb)
+
     def plain_text_budget(self, state: tuple[Any, Any]) -> float | None:
         ba = self.a.plain_text_budget(state[0])
         bb = None if ba is None else self.b.plain_text_budget(state[1])

@@ -11,9 +11,16 @@ end (EOS) within the tokens it has left, which the per-step weights ignore until
 
     psi(x) = -rate * m(x) / max(r(x), 1)
 
-    m(x) = the fewest bytes that complete x to a text the constraint accepts (a shortest
-           accepted completion, by breadth-first search over the constraint's byte states),
+    m(x) = the length of an accepted completion of x: the shortest one when a breadth-first
+           search over the constraint's byte states finds it within a few expansions, else
+           the one a depth-first search finds that tries closing bytes first (quote,
+           brackets, comma, colon, "0", letters, then the rest) and never revisits a state
+           key: an upper bound on the shortest, found in a few dozen states where breadth-
+           first search would expand every string one might write,
     r(x) = max_tokens - |x|, the tokens x has left before EOS is forced.
+
+When the search finds no completion within ``max_nodes`` states (an object open to any further
+key, say, where it writes ever new keys before the required one), m(x) = 0: no twist.
 
 It is 0 for a particle that could stop now, small while the budget is ample, and grows as the
 budget runs out for particles that still have much to write (inside a runaway string, far from
@@ -29,8 +36,15 @@ from typing import Any
 from potentials.base import NEG_INF
 from potentials.lift import Lifted
 
-#: bytes tried when searching for a completion: printable ASCII and the JSON/grammar whitespace
-COMPLETION_BYTES = tuple(range(0x20, 0x7F)) + (0x09, 0x0A, 0x0D)
+#: states a breadth-first search expands before the depth-first one takes over
+BREADTH_NODES = 16
+
+#: bytes tried, in this order, when searching for a completion: what closes strings,
+#: containers and values first, then letters (names), then the rest of printable ASCII and the
+#: JSON/grammar whitespace
+COMPLETION_BYTES = tuple(
+    dict.fromkeys(b'"}])' + b",:0" + bytes(range(0x61, 0x7B)) + bytes(range(0x20, 0x7F)) + b"\t\n\r")
+)
 
 
 class BudgetTwist:
@@ -38,15 +52,15 @@ class BudgetTwist:
 
     Args:
         rate: nats of twist per byte still to write per token left (>= 0).
-        max_nodes: states expanded per completion search; past it the search stops and m(x)
-            is the depth reached (a lower bound), so a slow search costs a bounded time.
-        cache_size: completion lengths remembered, keyed by the constraint's ``mask_key``.
+        max_nodes: states expanded per completion search; past it the search stops with
+            m(x) = 0 (no twist), so a slow search costs a bounded time.
+        cache_size: completion lengths remembered, keyed by the constraint's ``completion_key``.
 
     Works with ``smc.generate`` (particles of the built-in ConstrainedGeneration program) and a
     byte-level constraint; for other particles, or without a constraint, it returns 0 (no twist).
     """
 
-    def __init__(self, rate: float = 1.0, max_nodes: int = 100, cache_size: int = 4096):
+    def __init__(self, rate: float = 1.0, max_nodes: int = 400, cache_size: int = 4096):
         if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate >= 0):
             raise ValueError(f"rate must be a finite number >= 0, got {rate!r}")
         if not (isinstance(max_nodes, int) and max_nodes >= 1):
@@ -56,32 +70,44 @@ class BudgetTwist:
         self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0}
 
     async def completion_bytes(self, potential: Any, state: Any) -> int:
-        """m: the length of a shortest byte string w over COMPLETION_BYTES with
-        potential.state_complete(advance(state, w)) > -inf (the depth reached if the search
-        stops at max_nodes first). States with equal ``mask_key`` are expanded once."""
-        key = potential.mask_key(state)
+        """m: the length of the byte string w found by the search of the module docstring,
+        with potential.state_complete(advance(state, w)) > -inf. States are told apart by
+        ``potential.completion_key``. If the search expands max_nodes states without finding
+        one, m = 0: no twist, for want of evidence (not remembered)."""
+        key = potential.completion_key(state)
         if key is not None and key in self._cache:
             self._cache.move_to_end(key)
             self.stats["cache_hits"] += 1
             return self._cache[key]
         self.stats["searches"] += 1
-        frontier, seen, depth, nodes = [state], ({key} if key is not None else set()), 0, 0
-        found = None
-        while frontier and found is None:
+        found = await self._breadth_first(potential, state, key)
+        if found is not None:
+            self._remember([key], found)
+            return found
+        found, keys = await self._depth_first(potential, state, key)
+        if found is None:
+            return 0
+        self._remember(keys, found)
+        return found
+
+    async def _breadth_first(self, potential: Any, state: Any, key: Any) -> int | None:
+        """The shortest completion, if one is found within BREADTH_NODES expansions."""
+        frontier, seen, depth, nodes = [state], {key} - {None}, 0, 0
+        while frontier:
             nxt = []
             for s in frontier:
                 nodes += 1
                 if await potential.state_complete(s) > NEG_INF:
-                    found = depth
-                    break
-                if nodes >= self.max_nodes:
-                    found = depth
-                    break
+                    self.stats["nodes"] += nodes
+                    return depth
+                if nodes >= BREADTH_NODES:
+                    self.stats["nodes"] += nodes
+                    return None
                 for b in COMPLETION_BYTES:
                     t = potential.advance(s, bytes((b,)))
                     if t is None:
                         continue
-                    k = potential.mask_key(t)
+                    k = potential.completion_key(t)
                     if k is not None:
                         if k in seen:
                             continue
@@ -89,12 +115,54 @@ class BudgetTwist:
                     nxt.append(t)
             frontier, depth = nxt, depth + 1
         self.stats["nodes"] += nodes
-        m = depth if found is None else found
-        if key is not None:
-            self._cache[key] = m
-            if len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        return m
+        return None
+
+    async def _depth_first(self, potential: Any, state: Any, key: Any) -> tuple[int | None, list]:
+        """A completion by depth-first search in COMPLETION_BYTES order that never revisits a
+        key, stopping early at a key whose length is remembered: (its length, the keys on its
+        path), or (None, []) past max_nodes expansions."""
+        path, seen, nodes = [(state, key, 0)], {key} - {None}, 0
+        found = None
+        while path:
+            s, k, i = path[-1]
+            if i == 0:
+                nodes += 1
+                if k is not None and k in self._cache:
+                    found = len(path) - 1 + self._cache[k]
+                    break
+                if await potential.state_complete(s) > NEG_INF:
+                    found = len(path) - 1
+                    break
+                if nodes >= self.max_nodes:
+                    break
+            child = None
+            while i < len(COMPLETION_BYTES) and child is None:
+                t = potential.advance(s, bytes((COMPLETION_BYTES[i],)))
+                i += 1
+                if t is None:
+                    continue
+                tk = potential.completion_key(t)
+                if tk is not None:
+                    if tk in seen:
+                        continue
+                    seen.add(tk)
+                child = (t, tk, 0)
+            if child is None:
+                path.pop()
+            else:
+                path[-1] = (s, k, i)
+                path.append(child)
+        self.stats["nodes"] += nodes
+        return found, ([k for _, k, _ in path] if found is not None else [])
+
+    def _remember(self, keys: list, found: int) -> None:
+        """Store m for each key of a path whose first key needs ``found`` bytes."""
+        for depth, k in enumerate(keys):
+            if k is not None:
+                self._cache[k] = found - depth
+                self._cache.move_to_end(k)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
 
     async def __call__(self, particle: Any) -> float:
         sampler = getattr(particle, "sampler", None)

@@ -36,9 +36,30 @@ def test_completion_bytes_json_close_to_the_end():
     assert completion(js, b'{"a":[]}') == 0
 
 
-def test_completion_bytes_stops_at_max_nodes_with_a_lower_bound():
-    date = Regex(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-    assert completion(date, b"", max_nodes=3) <= 10
+def test_completion_bytes_json_far_from_the_end_and_remembered_by_structure():
+    """Inside a free string breadth-first search cannot reach the end; the depth-first search
+    closes the string and writes the missing key, and the length is remembered for any other
+    text in that string (the completion key is the recognizer's configurations)."""
+    schema = {"type": "object", "required": ["a", "b"], "additionalProperties": False,
+              "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+    js = JSONSchema(schema, whitespace="compact")
+    tw = BudgetTwist()
+    long_text = js.advance(js.initial(), b'{"a":"a long text that goes on')
+    assert asyncio.run(tw.completion_bytes(js, long_text)) == len(b'","b":""}')
+    other = js.advance(js.initial(), b'{"a":"something else')
+    hits = tw.stats["cache_hits"]
+    assert asyncio.run(tw.completion_bytes(js, other)) == 9
+    assert tw.stats["cache_hits"] == hits + 1
+
+
+def test_completion_bytes_gives_no_twist_past_max_nodes():
+    """An object open to any further key: the search writes ever more keys before the
+    required one, and gives up."""
+    schema = {"type": "object", "required": ["a", "b"],
+              "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+    js = JSONSchema(schema, whitespace="compact")
+    assert completion(js, b'{"a":"text', max_nodes=3) == 0
+    assert completion(js, b'{"a":"text') == 0
 
 
 def test_arguments_checked():
