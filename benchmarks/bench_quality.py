@@ -14,11 +14,11 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     unconstrained        one sample with no constraint (budget max_tokens + 32: the model may
                          chat before answering), read as a user would (quality_tasks.parse_answer:
                          outermost {...}, first regex match, first grammar line)
-    SAMPLER[:WS][:budget[=RATE]]
+    SAMPLER[:WS][:budget[=RATE]][:islands=K]
                          SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
                          grammar tasks), and with ``budget`` the smc.twists.BudgetTwist critic
-                         (rate RATE, default 1)
+                         (rate RATE, default 1); ``islands=K``: smc.generate(islands=K)
 
 Summary: per method and N, the mean of each quantity over runs with a 95% bootstrap interval
 (runs resampled with replacement, 2000 times), and "finished where masking finished": among the
@@ -59,14 +59,15 @@ DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
 
 
 def parse_method(spec: str) -> dict:
-    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]]' -> {sampler, whitespace, critic}."""
+    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:islands=K]' -> {sampler, whitespace, critic, islands}."""
     if spec == "unconstrained":
-        return {"sampler": None, "whitespace": None, "critic": None}
+        return {"sampler": None, "whitespace": None, "critic": None, "islands": 1}
     parts = spec.split(":")
     if parts[0] not in SAMPLER_NAMES:
         raise ValueError(f"unknown method {spec!r}: start with unconstrained, {', '.join(SAMPLER_NAMES)}")
     ws: str | int = "compact"
     critic = None
+    islands = 1
     for p in parts[1:]:
         if p in ("compact", "flexible"):
             ws = p
@@ -74,9 +75,11 @@ def parse_method(spec: str) -> dict:
             ws = int(p)
         elif p == "budget" or p.startswith("budget="):
             critic = p
+        elif p.startswith("islands=") and p[8:].isdigit():
+            islands = int(p[8:])
         else:
             raise ValueError(f"unknown part {p!r} in method {spec!r}")
-    return {"sampler": parts[0], "whitespace": ws, "critic": critic}
+    return {"sampler": parts[0], "whitespace": ws, "critic": critic, "islands": islands}
 
 
 def constraint_for(task: qt.Task, whitespace):
@@ -114,7 +117,7 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
         critic = BudgetTwist(rate=float(rate or 1.0))
     r = smc.generate(task.prompt, constraint_for(task, m["whitespace"]), lm=lm, particles=n,
                      max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
-                     ess_threshold=ess_threshold, progress=False, critic=critic)
+                     ess_threshold=ess_threshold, progress=False, critic=critic, islands=m["islands"])
     wall = time.perf_counter() - t0
     post = r.posterior
     acc = val = 0.0
@@ -124,18 +127,29 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
         val += prob * valid
     # the share of posterior weight on texts whose tokens are the tokenizer's own encoding of
     # the text (canonical); the rest of the weight sits on other spellings of the same text
-    canonical = 0.0
+    # The same run read under the target restricted to canonical spellings, p(x) phi(x) 1[x
+    # canonical] (the indicator applied at the end is a valid potential): its posterior is the
+    # canonical samples reweighted, and its Ẑ is Ẑ times the canonical share.
+    canonical, acc_canonical, log_ml_canonical = 0.0, None, None
     if post:
         fin = [s for s in r.samples if s.finished]
         top = max(s.log_weight for s in fin)
         w = [math.exp(s.log_weight - top) for s in fin]
-        canonical = sum(wi for wi, s in zip(w, fin) if list(s.token_ids) == list(lm.encode(s.text))) / sum(w)
+        canon = [list(s.token_ids) == list(lm.encode(s.text)) for s in fin]
+        wc = sum(wi for wi, c in zip(w, canon) if c)
+        canonical = wc / sum(w)
+        if wc > 0:
+            acc_canonical = sum(wi * qt.score(task, qt.parse_answer(task, s.text, constrained=True)[0])
+                                for wi, s, c in zip(w, fin, canon) if c) / wc
+            if m["sampler"] != "masking":
+                log_ml_canonical = float(r.log_ml) + math.log(canonical)
     finished = [s for s in r.samples if s.finished]
     unfinished = [s for s in r.samples if not s.finished]
     rec.update(accuracy=acc, validity=val, empty=not post,
                log_ml=None if m["sampler"] == "masking" else float(r.log_ml), wall_s=wall,
                best=(r.best or "")[:300] if post else (unfinished[0].text[:300] if unfinished else ""),
-               finished=len(finished), canonical=canonical, resampling_events=r.stats.get("resampling_events"),
+               finished=len(finished), canonical=canonical, accuracy_canonical=acc_canonical,
+               log_ml_canonical=log_ml_canonical, resampling_events=r.stats.get("resampling_events"),
                tokens=r.stats.get("tokens"))
     return rec
 
@@ -190,6 +204,20 @@ def summarize(records: list[dict]) -> str:
             wall = np.mean([r["wall_s"] for r in rs])
             out.append(f"| {method} | {n} | {len(rs)} | {fmt(acc)} | {fmt(val)} | {fmt(emp)} | {fin} | {lml_s} "
                        f"| {wall:.1f} |")
+        canon_rows = [(k, rs) for k, rs in sorted(groups.items()) if any("accuracy_canonical" in r for r in rs)]
+        if canon_rows:
+            out.append("\nThe same runs under the target restricted to canonical tokenizations (runs with a "
+                       "canonical sample; accuracy paired with the unrestricted posterior of the same runs):\n")
+            out.append("| method | N | runs | canonical share | accuracy, canonical only | accuracy, all | "
+                       "log_ml canonical - log_ml (median) |")
+            out.append("|---|---|---|---|---|---|---|")
+            for (method, n), rs in canon_rows:
+                got = [r for r in rs if r.get("accuracy_canonical") is not None]
+                share = np.array([r["canonical"] for r in rs if not r["empty"]])
+                d = [r["log_ml_canonical"] - r["log_ml"] for r in got if r.get("log_ml_canonical") is not None]
+                out.append(f"| {method} | {n} | {len(got)} | {fmt(share)} "
+                           f"| {fmt(np.array([r['accuracy_canonical'] for r in got]))} "
+                           f"| {fmt(np.array([r['accuracy'] for r in got]))} | {f'{np.median(d):.2f}' if d else '-'} |")
     return "\n".join(out)
 
 
@@ -253,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
                     for seed in seeds:
                         # whitespace only matters for JSON: other tasks reuse the identical run
                         m = parse_method(method)
-                        key = (task.name, m["sampler"], m["critic"], n, seed)
+                        key = (task.name, m["sampler"], m["critic"], m["islands"], n, seed)
                         old = saved.get((task.name, method, n, seed, args.ess_threshold))
                         if old is not None:
                             records.append(old)

@@ -36,7 +36,8 @@ class Task:
     Attributes:
         name: unique id, ``family-NN``.
         family: "json", "regex" or "grammar".
-        prompt: the user message (the chat template is applied by smc.generate).
+        prompt: the user message, or a list of chat messages (few-shot turns); the chat
+            template is applied by smc.generate.
         gold: the right answer: a dict (json), a string (regex), a list of items (grammar).
         schema: the JSON Schema (json tasks).
         pattern: the regular expression (regex tasks).
@@ -46,7 +47,7 @@ class Task:
 
     name: str
     family: str
-    prompt: str
+    prompt: str | list[dict[str, str]]
     gold: Any
     schema: dict | None = None
     pattern: str | None = None
@@ -185,6 +186,20 @@ _GRAMMAR: list[tuple[str, list[str]]] = [
 ]
 
 
+#: two worked examples before each list task: asked only for the list, the 135M model repeats
+#: the text instead (every method scored 0 on the grammar tasks with a bare instruction)
+_LIST_SHOTS = [("The shop sells bread, cheese and wine.", "bread, cheese, wine"),
+               ("He owns a cat and a dog.", "cat, dog")]
+
+
+def _list_prompt(text: str) -> list[dict[str, str]]:
+    ask = "List the things named in this text, separated by commas, in lowercase. Text: "
+    msgs = []
+    for q, a in _LIST_SHOTS:
+        msgs += [{"role": "user", "content": ask + q}, {"role": "assistant", "content": a}]
+    return msgs + [{"role": "user", "content": ask + text}]
+
+
 def _build() -> list[Task]:
     tasks = []
     for i, (about, text, gold) in enumerate(_JSON):
@@ -194,8 +209,7 @@ def _build() -> list[Task]:
     for i, (prompt, pattern, gold) in enumerate(_REGEX):
         tasks.append(Task(f"regex-{i:02d}", "regex", prompt, gold, pattern=pattern, max_tokens=16))
     for i, (text, gold) in enumerate(_GRAMMAR):
-        prompt = f"List the things named in this text, separated by commas, in lowercase. Text: {text}"
-        tasks.append(Task(f"grammar-{i:02d}", "grammar", prompt, gold, grammar=LIST_GRAMMAR,
+        tasks.append(Task(f"grammar-{i:02d}", "grammar", _list_prompt(text), gold, grammar=LIST_GRAMMAR,
                           max_tokens=24))
     return tasks
 

@@ -6,6 +6,13 @@ resampled when ESS < ess_threshold * N: ancestors are drawn with probability w_i
 mean weight stays an unbiased estimate of Z. ess_threshold = 0 never resamples (importance
 sampling); ess_threshold = 1 resamples after every step whose weights are not all equal.
 
+With ``islands=K`` the N particles form K islands of N/K (particles 0..N/K-1, and so on), each
+an SMC run of its own: an island is resampled, within itself, when its ESS falls below
+ess_threshold * N/K, and its particles then get the island's mean weight. The mean weight over
+all particles is then the mean of the K islands' independent estimates of Z, so it stays
+unbiased, and the weighted particles combine the islands by their estimates. One lineage that
+outgrows the rest can then take over its island only, not the whole population.
+
 Finished particles keep their weight and wait (they take part in resampling); particles of
 weight -inf are not stepped again but stay in the population (resampling removes them). The run
 ends when no live unfinished particle remains (or after ``max_steps``), and log_ml = log of the
@@ -47,10 +54,13 @@ Critic = Callable[[Model], "float | Awaitable[float]"]
 MAX_PARTICLES = 100_000
 
 
-def check_smc_args(particles: Any, ess_threshold: Any, resampling: Any, seed: Any = None) -> None:
+def check_smc_args(
+    particles: Any, ess_threshold: Any, resampling: Any, seed: Any = None, islands: Any = 1
+) -> None:
     """TypeError/ValueError naming the first bad argument: ``particles`` not an integer in
     [1, MAX_PARTICLES], ``ess_threshold`` not a number in [0, 1], an unknown resampling scheme,
-    or ``seed`` neither None nor a non-negative integer."""
+    ``seed`` neither None nor a non-negative integer, or ``islands`` not a divisor of
+    ``particles``."""
     if isinstance(particles, bool) or not isinstance(particles, (int, np.integer)) or particles < 1:
         raise ValueError(f"particles must be an integer >= 1, got {particles!r}")
     if particles > MAX_PARTICLES:
@@ -65,6 +75,10 @@ def check_smc_args(particles: Any, ess_threshold: Any, resampling: Any, seed: An
     if not isinstance(resampling, str):
         raise TypeError(f"resampling must be a string (the scheme's name), got {type(resampling).__name__}")
     get_scheme(resampling)
+    if isinstance(islands, bool) or not isinstance(islands, (int, np.integer)) or islands < 1:
+        raise ValueError(f"islands must be an integer >= 1, got {islands!r}")
+    if particles % islands:
+        raise ValueError(f"islands={islands} must divide particles={particles} (equal islands)")
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be a non-negative integer or None, got {seed!r} ({type(seed).__name__})")
@@ -99,6 +113,7 @@ async def smc(
     progress: bool | None = None,
     progress_total: int | None = None,
     checkpoint: str | os.PathLike | None = None,
+    islands: int = 1,
     _checkpoint_info: dict[str, Any] | None = None,
 ) -> Result:
     """Run SMC on ``particles`` copies of ``model`` (see the module docstring).
@@ -118,8 +133,10 @@ async def smc(
             particles start and after every step; ``smc.resume(checkpoint, lm=...)`` continues
             the run from it with exactly the result the uninterrupted run gives
             (docs/checkpoint.md). A particle that cannot be pickled is refused before step 1.
+        islands: K, a divisor of N: K independent islands of N/K particles, each resampled
+            within itself (module docstring); 1 (default) is plain SMC.
     """
-    check_smc_args(particles, ess_threshold, resampling, seed)
+    check_smc_args(particles, ess_threshold, resampling, seed, islands)
     get_scheme(resampling)
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
         raise ValueError(f"max_steps must be an integer >= 0 or None, got {max_steps!r}")
@@ -130,7 +147,8 @@ async def smc(
         writer = CheckpointWriter(checkpoint, _checkpoint_info)
     n = int(particles)
     settings = dict(particles=n, ess_threshold=float(ess_threshold), resampling=resampling, seed=seed,
-                    max_steps=max_steps, progress_total=progress_total, critic=critic is not None)
+                    max_steps=max_steps, progress_total=progress_total, critic=critic is not None,
+                    islands=int(islands))
     counters = RunCounters()
     t0 = time.perf_counter()
     run = Run([model.clone() for _ in range(n)], np.random.default_rng(seed), settings)
@@ -157,6 +175,7 @@ async def advance(
     cfg = run.settings
     n, ess_threshold, max_steps = cfg["particles"], cfg["ess_threshold"], cfg["max_steps"]
     scheme = get_scheme(cfg["resampling"])
+    islands = np.arange(n).reshape(cfg.get("islands", 1), -1)
     rng, pop, history = run.rng, run.pop, run.history
     bar = None
     if progress is not False:
@@ -194,17 +213,16 @@ async def advance(
                     finished=[p.finished for p in pop],
                     ess=e,
                 )
-                if e > 0 and e < ess_threshold * n:
-                    total = logsumexp(lw)
-                    ancestors = scheme(np.exp(lw - total), n, rng)
-                    mean = total - math.log(n)
+                ancestors, means = _resample(lw, islands, ess_threshold, scheme, rng)
+                if ancestors is not None:
                     used: set[int] = set()
                     new = []
                     for a in ancestors:
                         new.append(pop[a].clone() if a in used else pop[a])
                         used.add(int(a))
-                    for p in new:
-                        p.weight = mean
+                    for p, mean in zip(new, means):
+                        if mean is not None:
+                            p.weight = mean
                     pop = run.pop = new
                     record["ancestors"] = [int(a) for a in ancestors]
                 history.append(StepRecord(**record))
@@ -239,6 +257,26 @@ async def advance(
         "samplers": {f"{type(o).__name__}#{k}": d for k, (o, d) in enumerate(counted)},
     }
     return Result(samples=samples, log_ml=logsumexp(np.array(final)) - math.log(n), history=history, stats=stats)
+
+
+def _resample(
+    lw: np.ndarray, islands: np.ndarray, ess_threshold: float, scheme: Any, rng: np.random.Generator
+) -> tuple[np.ndarray | None, list]:
+    """Ancestors for the next step (None when no island resamples) and each new particle's
+    weight (its island's mean log weight, or None to keep its own). Island g (a row of
+    ``islands``, particle indices) is resampled when 0 < ESS(lw[g]) < ess_threshold * |g|."""
+    ancestors = None
+    means: list = [None] * len(lw)
+    for g in islands:
+        e = compute_ess(lw[g])
+        if e > 0 and e < ess_threshold * len(g):
+            total = logsumexp(lw[g])
+            if ancestors is None:
+                ancestors = np.arange(len(lw))
+            ancestors[g] = g[scheme(np.exp(lw[g] - total), len(g), rng)]
+            for i in g:
+                means[i] = total - math.log(len(g))
+    return ancestors, means
 
 
 async def step_all(particles: list[Model]) -> None:

@@ -81,10 +81,11 @@ def check_generate_args(
     chat: Any = None,
     progress: Any = None,
     critic: Any = None,
+    islands: Any = 1,
 ) -> None:
     """TypeError/ValueError naming the first bad argument (run before any work)."""
     prompt_kind(prompt)
-    check_smc_args(particles, ess_threshold, resampling, seed)
+    check_smc_args(particles, ess_threshold, resampling, seed, islands)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
     if not isinstance(sampler, str):
@@ -131,11 +132,12 @@ async def agenerate(
     checkpoint: str | os.PathLike | None = None,
     method: str = "smc",
     n_beam: int | None = None,
+    islands: int = 1,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
-        chat=chat, progress=progress, critic=critic,
+        chat=chat, progress=progress, critic=critic, islands=islands,
     )
     check_method(method, n_beam, critic)
     if checkpoint is not None:  # a bad path is refused before the LM loads
@@ -166,6 +168,7 @@ async def agenerate(
         critic=critic,
         progress=progress,
         progress_total=max_tokens + 1,
+        islands=islands,
         **checkpoint_args(checkpoint, lm, ids, constraint, sampler, max_tokens),
     )
     result.stats.update(prompt_tokens=len(ids), sampler=sampler, max_tokens=max_tokens)
@@ -202,6 +205,7 @@ def generate(
     checkpoint: str | os.PathLike | None = None,
     method: str = "smc",
     n_beam: int | None = None,
+    islands: int = 1,
 ) -> Result:
     """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
 
@@ -239,6 +243,9 @@ def generate(
             Ẑ). Both use the exact next-token target (the ``sampler`` is not used), ignore
             ``ess_threshold`` and ``resampling``, and take no ``critic``.
         n_beam: children kept per particle by ``method="steer"`` (default 2).
+        islands: K, a divisor of ``particles``: K independent SMC islands, each resampled
+            within itself, so one runaway lineage cannot take over the whole population
+            (smc.engine); 1 (default) is plain SMC.
 
     Returns a Result. An unsatisfiable constraint gives a Result with no finished samples and
     log_ml = -inf. Bad arguments raise ValueError/TypeError before any work.
@@ -249,11 +256,11 @@ def generate(
     kwargs = dict(
         lm=lm, particles=particles, max_tokens=max_tokens, seed=seed, sampler=sampler,
         ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
-        critic=critic, checkpoint=checkpoint, method=method, n_beam=n_beam,
+        critic=critic, checkpoint=checkpoint, method=method, n_beam=n_beam, islands=islands,
     )
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
-        chat=chat, progress=progress, critic=critic,
+        chat=chat, progress=progress, critic=critic, islands=islands,
     )
     check_method(method, n_beam, critic)
     try:

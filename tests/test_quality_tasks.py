@@ -34,6 +34,14 @@ def test_gold_satisfies_constraint_and_scores_one(task):
         # every gold value is stated in the prompt's text: the task is answerable
         for v in task.gold.values():
             assert str(v) in task.prompt, (task.name, v)
+    if task.family == "grammar":
+        # a few-shot chat: each worked answer is a list the grammar accepts, and the last user
+        # turn names every gold item
+        *shots, last = task.prompt
+        assert last["role"] == "user" and all(item in last["content"] for item in task.gold)
+        for m in shots:
+            if m["role"] == "assistant":
+                assert qt.grammar_accepts(m["content"]), m
 
 
 def _potential(task, **kw):

@@ -59,7 +59,11 @@ CONFIGS = {
     "N4-critic-multinomial-awrs": ("alt", PREDICATE, 2, "awrs", 4, 1.0, "multinomial", critic, 2000),
     "N4-regex-awrs": ("digits", REGEX, 3, "awrs", 4, 0.5, "multinomial", None, 2000),
     "N4-grammar-awrs": ("digits", GRAMMAR, 3, "awrs", 4, 0.5, "systematic", None, 2000),
+    "N8-islands4-always-multinomial-awrs": ("alt", PREDICATE, 3, "awrs", 8, 1.0, "multinomial", None, 2000),
+    "N6-islands3-half-systematic-regex": ("digits", REGEX, 3, "direct", 6, 0.5, "systematic", None, 2000),
 }
+#: islands per configuration (default 1: plain SMC)
+ISLANDS = {"N8-islands4-always-multinomial-awrs": 4, "N6-islands3-half-systematic-regex": 3}
 
 
 @lru_cache(maxsize=None)
@@ -73,7 +77,7 @@ def runs(name):
         zs, mass = [], []
         for seed in range(reps):
             r = await smc(model, n, ess_threshold=ess, resampling=scheme, seed=seed,
-                          critic=crit, progress=False)
+                          critic=crit, progress=False, islands=ISLANDS.get(name, 1))
             zs.append(math.exp(r.log_ml))
             m = {}
             for s in r.samples:
@@ -100,7 +104,8 @@ def test_z_hat_is_unbiased(name):
 
 
 @pytest.mark.parametrize("name", ["N4-half-stratified-awrs", "N16-always-systematic-direct",
-                                  "N4-critic-multinomial-awrs", "N4-regex-awrs"])
+                                  "N4-critic-multinomial-awrs", "N4-regex-awrs",
+                                  *sorted(ISLANDS)])
 def test_weighted_indicator_identity(name):
     """E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for every string s."""
     _, mass = runs(name)
@@ -203,9 +208,23 @@ async def test_user_exception_surfaces_and_lm_stays_usable():
     assert math.isfinite(r.log_ml)
 
 
+async def test_islands_resample_within_themselves():
+    """With K islands every ancestor lies in its child's island, and islands resample on their
+    own ESS: the population's ancestors are not all drawn at once."""
+    model = ConstrainedGeneration(make_sampler("direct", LMS["digits"], REGEX), 4)
+    r = await smc(model, 12, ess_threshold=1.0, seed=3, islands=3, progress=False)
+    events = [h.ancestors for h in r.history if h.ancestors is not None]
+    assert events
+    for anc in events:
+        assert all(a // 4 == k // 4 for k, a in enumerate(anc)), anc
+    one = await smc(model, 12, ess_threshold=1.0, seed=3, progress=False)
+    assert [h.ancestors for h in one.history] != [h.ancestors for h in r.history]
+
+
 async def test_bad_engine_arguments():
     model = ConstrainedGeneration(make_sampler("direct", LMS["alt"]), 2)
     for kw, msg in [({"particles": 0}, "particles"), ({"ess_threshold": 1.5}, "ess_threshold"),
-                    ({"resampling": "magic"}, "resampling")]:
+                    ({"resampling": "magic"}, "resampling"), ({"particles": 4, "islands": 3}, "islands"),
+                    ({"islands": 0}, "islands"), ({"islands": True}, "islands")]:
         with pytest.raises(ValueError, match=msg):
             await smc(model, **kw)
