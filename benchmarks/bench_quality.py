@@ -19,6 +19,7 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
                          grammar tasks), and with ``budget`` the smc.twists.BudgetTwist critic
                          (rate RATE, default 1); ``islands=K``: smc.generate(islands=K)
+                         (default: generate's own default; ``islands=1`` is plain SMC)
 
 Summary: per method and N, the mean of each quantity over runs with a 95% bootstrap interval
 (runs resampled with replacement, 2000 times), and "finished where masking finished": among the
@@ -61,13 +62,13 @@ DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
 def parse_method(spec: str) -> dict:
     """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:islands=K]' -> {sampler, whitespace, critic, islands}."""
     if spec == "unconstrained":
-        return {"sampler": None, "whitespace": None, "critic": None, "islands": 1}
+        return {"sampler": None, "whitespace": None, "critic": None, "islands": None}
     parts = spec.split(":")
     if parts[0] not in SAMPLER_NAMES:
         raise ValueError(f"unknown method {spec!r}: start with unconstrained, {', '.join(SAMPLER_NAMES)}")
     ws: str | int = "compact"
     critic = None
-    islands = 1
+    islands = None
     for p in parts[1:]:
         if p in ("compact", "flexible"):
             ws = p

@@ -104,15 +104,9 @@ class BudgetTwist:
                     self.stats["nodes"] += nodes
                     return None
                 for b in COMPLETION_BYTES:
-                    t = potential.advance(s, bytes((b,)))
-                    if t is None:
-                        continue
-                    k = potential.completion_key(t)
-                    if k is not None:
-                        if k in seen:
-                            continue
-                        seen.add(k)
-                    nxt.append(t)
+                    child = _unseen_child(potential, s, b, seen)
+                    if child is not None:
+                        nxt.append(child[0])
             frontier, depth = nxt, depth + 1
         self.stats["nodes"] += nodes
         return None
@@ -137,21 +131,13 @@ class BudgetTwist:
                     break
             child = None
             while i < len(COMPLETION_BYTES) and child is None:
-                t = potential.advance(s, bytes((COMPLETION_BYTES[i],)))
+                child = _unseen_child(potential, s, COMPLETION_BYTES[i], seen)
                 i += 1
-                if t is None:
-                    continue
-                tk = potential.completion_key(t)
-                if tk is not None:
-                    if tk in seen:
-                        continue
-                    seen.add(tk)
-                child = (t, tk, 0)
             if child is None:
                 path.pop()
             else:
                 path[-1] = (s, k, i)
-                path.append(child)
+                path.append((*child, 0))
         self.stats["nodes"] += nodes
         return found, ([k for _, k, _ in path] if found is not None else [])
 
@@ -176,3 +162,17 @@ class BudgetTwist:
         left = max(int(particle.max_tokens) - len(tokens), 1)
         m = await self.completion_bytes(potential.potential, state)
         return -self.rate * m / left
+
+
+def _unseen_child(potential: Any, state: Any, byte: int, seen: set) -> tuple[Any, Any] | None:
+    """(advance(state, byte), its completion key), or None when that state is dead or its key is
+    already in ``seen`` (a new key is added to ``seen``)."""
+    t = potential.advance(state, bytes((byte,)))
+    if t is None:
+        return None
+    k = potential.completion_key(t)
+    if k is not None:
+        if k in seen:
+            return None
+        seen.add(k)
+    return t, k

@@ -95,6 +95,8 @@ def test_unsatisfiable_constraint_gives_empty_result_without_error():
         ({"ess_threshold": 1.01}, "ess_threshold"),
         ({"sampler": "gibbs"}, "unknown sampler"),
         ({"resampling": "fancy"}, "unknown resampling"),
+        ({"islands": 3}, "islands"),
+        ({"islands": 0}, "islands"),
     ],
 )
 def test_bad_arguments_fail_before_any_work(kw, msg):
@@ -160,3 +162,21 @@ async def test_concurrent_runs_match_sequential_and_survive_cancellation():
     assert [(s.text, s.log_weight) for s in got.samples] == [(s.text, s.log_weight) for s in seq[1].samples]
     again = await smc.agenerate("", constraint=Regex(PHONE), seed=2, **kw)
     assert again.log_ml == seq[2].log_ml
+
+
+def test_default_islands_and_their_use():
+    """generate's default: 4 islands from 16 particles (multiples of 4), plain SMC below; the
+    run keeps every resampled lineage inside its island; islands=1 is plain SMC."""
+    from smc.generation import default_islands
+
+    assert [default_islands(n) for n in (1, 4, 8, 12, 16, 18, 20, 64)] == [1, 1, 1, 1, 4, 1, 4, 4]
+    kw = dict(lm=toy(), particles=16, max_tokens=6, ess_threshold=1.0, seed=5)
+    r = smc.generate("", Regex(r"[12a-]*"), **kw)
+    assert r.stats["particles"] == 16
+    events = [h.ancestors for h in r.history if h.ancestors is not None]
+    assert events and all(a // 4 == k // 4 for anc in events for k, a in enumerate(anc))
+    explicit = smc.generate("", Regex(r"[12a-]*"), islands=4, **kw)
+    assert [s.token_ids for s in explicit.samples] == [s.token_ids for s in r.samples]
+    plain = smc.generate("", Regex(r"[12a-]*"), islands=1, **kw)
+    assert any(a // 4 != k // 4 for h in plain.history if h.ancestors is not None
+               for k, a in enumerate(h.ancestors))
