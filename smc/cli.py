@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--particles", type=int, default=16)
     g.add_argument("--max-tokens", type=int, default=32)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--islands", type=int, default=None,
+                   help="independent SMC islands, a divisor of --particles (default: 4 from 16 "
+                        "particles on, else 1; 1 is one population)")
     g.add_argument("--sampler", choices=sorted(SAMPLERS), default="awrs")
     g.add_argument("--method", choices=["smc", "beam", "top_k", "steer"], default="smc",
                    help="smc (default); beam / top_k: --particles best sequences (deterministic); "
@@ -126,7 +129,8 @@ def _generate(args: argparse.Namespace) -> int:
 
     prompt = _prompt(args)
     check_generate_args(
-        prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed
+        prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed,
+        islands=args.islands,
     )
     check_method(args.method, args.n_beam)
     constraint = _constraint(args)
@@ -142,6 +146,7 @@ def _generate(args: argparse.Namespace) -> int:
         progress=False if args.quiet else None,
         method=args.method,
         n_beam=args.n_beam,
+        islands=args.islands,
     )
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))

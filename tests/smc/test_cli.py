@@ -115,3 +115,23 @@ def test_module_entry_point_exit_status():
                            "--particles", "-1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error: particles")
     assert proc.stderr.count("\n") == 1
+
+
+def test_islands_flag(toy_lm, capsys, monkeypatch):
+    """--islands reaches generate, and a bad value is one clear line."""
+    import smc.generation
+
+    seen = {}
+    real = smc.generation.generate
+
+    def spy(*a, **kw):
+        seen.update(islands=kw.get("islands"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(smc.generation, "generate", spy)
+    code = cli.main(["generate", "--prompt", "", "--regex", r"[12a-]*", "--particles", "8", "--islands", "2",
+                     "--max-tokens", "5", "--json", "--quiet"])
+    assert code == 0 and len(json.loads(capsys.readouterr().out)["samples"]) == 8 and seen == {"islands": 2}
+    code = cli.main(["generate", "--prompt", "", "--regex", "1", "--particles", "8", "--islands", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "islands=3 must divide particles=8" in err and "Traceback" not in err
