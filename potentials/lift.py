@@ -179,11 +179,10 @@ class Lifted(Potential):
         # DFA state, a JSON recognizer's configurations): one mask per key, shared by particles
         self._masks: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.mask_cache_size = 256
-        # the allowed non-EOS tokens of the cached masks with at most support_limit of them
-        # (known_support): samplers then need no constraint checks at such a state
-        self._supports: dict[Any, np.ndarray] = {}
-        # the same with the EOS ids added, for the states of those keys where the text may end
-        self._supports_eos: dict[Any, np.ndarray] = {}
+        # the allowed non-EOS tokens of the cached masks with at most support_limit of them, and
+        # the same with the EOS ids added, for states where the text may end (known_support):
+        # samplers then need no constraint checks at such a state
+        self._supports: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
         self.support_limit = 4096
         # plain_text_key k -> (which plain tokens satisfy L_k among those of at most B chars, B)
         self._plain_masks: OrderedDict[Any, tuple[np.ndarray, float]] = OrderedDict()
@@ -296,11 +295,9 @@ class Lifted(Potential):
                     self._masks[key] = mask
                     allowed = np.flatnonzero(mask)
                     if len(allowed) <= self.support_limit:
-                        self._supports[key] = allowed
+                        self._supports[key] = (allowed, np.union1d(allowed, self.eos_ids))
                     if len(self._masks) > self.mask_cache_size:
-                        old = self._masks.popitem(last=False)[0]
-                        self._supports.pop(old, None)
-                        self._supports_eos.pop(old, None)
+                        self._supports.pop(self._masks.popitem(last=False)[0], None)
             else:
                 self._masks.move_to_end(key)
                 self.stats["mask_cache_hits"] += 1
@@ -321,16 +318,12 @@ class Lifted(Potential):
         if base == NEG_INF:
             return np.zeros(0, dtype=np.int64)
         key = self.potential.mask_key(state)
-        allowed = None if key is None else self._supports.get(key)
-        if allowed is None:
+        got = None if key is None else self._supports.get(key)
+        if got is None:
             return None
         self.stats["mask_cache_hits"] += 1
-        if await self.potential.state_complete(state) - base > NEG_INF:
-            with_eos = self._supports_eos.get(key)
-            if with_eos is None:
-                with_eos = self._supports_eos[key] = np.union1d(allowed, self.eos_ids)
-            return with_eos
-        return allowed
+        allowed, with_eos = got
+        return with_eos if await self.potential.state_complete(state) - base > NEG_INF else allowed
 
     async def _mask(self, state: Any) -> np.ndarray:
         """Boolean potentials: which non-EOS tokens keep the byte state alive."""

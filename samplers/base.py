@@ -271,9 +271,9 @@ class TokenSampler(ABC):
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]: ...
 
     @staticmethod
-    def dead_token(logp: np.ndarray) -> int:
+    def dead_token(logp: np.ndarray | torch.Tensor) -> int:
         """The token returned alongside weight -inf: the LM's most likely one (rejected too)."""
-        return int(np.argmax(logp))
+        return int(logp.argmax())
 
 
 #: stream candidates searched for all particles at once; the rest (rarely used: a particle

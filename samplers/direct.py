@@ -63,7 +63,7 @@ class DirectSampler(TokenSampler):
         out = []
         for b, (t, q, w) in enumerate(zip(tokens, incs, weights)):
             if w == NEG_INF:
-                out.append((int(torch.argmax(logp[b])), NEG_INF))
+                out.append((self.dead_token(logp[b]), NEG_INF))
                 continue
             if q <= 0.0:  # u T rounded up to T: the last token of positive mass (as inverse_cdf)
                 t = int(torch.nonzero(torch.diff(cdf[b], prepend=cdf[b, :1] * 0) > 0)[-1])

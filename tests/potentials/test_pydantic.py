@@ -274,13 +274,11 @@ def exact_z(pot: JSONSchema) -> float:
 
 
 def test_generate_parsed_gives_validated_model_instances():
-    # about half the runs of this toy finish within MAX_TOKENS: take the first seed that does
-    for seed in range(20):
-        r = smc.generate("", JSONSchema(Point), lm=toy_lm(), particles=16, max_tokens=MAX_TOKENS,
-                         seed=seed)
-        if r.finished:
-            break
-    assert r.finished, "no particle finished in 20 seeds"
+    # about half the runs of this toy finish within MAX_TOKENS; seed 0 is one of them (with the
+    # default 4 islands; seed 3, used before islands existed, is not)
+    r = smc.generate("", JSONSchema(Point), lm=toy_lm(), particles=16, max_tokens=MAX_TOKENS,
+                     seed=0)
+    assert r.finished, "no particle finished"
     parsed = r.parsed
     assert len(parsed) == len(r.finished)
     for s, p in zip(r.finished, parsed):
