@@ -170,6 +170,23 @@ class BytePotential(Potential, Generic[S]):
         """
         return self.mask_key(state)
 
+    def complete_key(self, state: S) -> Hashable | None:
+        """A hashable key k(state) with: k(s) == k(s') implies, for every byte string d,
+        complete after d from s == complete after d from s' -- or None when there is none.
+
+        A DFA's state is one; a JSON document's configurations are not (its final check
+        reads the whole text). Lifting then computes, once per key, which tokens finish the
+        text (the step before a forced EOS, potentials.finishing). Default: None.
+        """
+        return None
+
+    def final_bytes(self) -> bytes | None:
+        """The bytes a non-empty complete text can end with (a superset is fine), or None
+        when any byte may. Lifting then checks only the tokens ending in one of them for
+        whether they finish the text (potentials.finishing). Default: None.
+        """
+        return None
+
     def plain_text_budget(self, state: S) -> float | None:
         """None, or B >= 0 (inf allowed) such that for every *plain text* w -- complete UTF-8
         characters, none of them a control character, '"' or '\\' (``is_plain_text``) --
@@ -196,10 +213,12 @@ class BytePotential(Potential, Generic[S]):
     def inner_text_key(self, state: S) -> tuple[Hashable, bytes] | None:
         """None, or (k, stop) such that for every byte string w containing no byte of ``stop``:
         advance(state, w) is None iff advance(s', w) is None, for every state s' with the same
-        key k. Inside a JSON string (stop = the quote) the bytes of such a w never leave the
-        string, so whether it lives depends on the string's own checks only, not on the
-        document around it; lifting then walks the non-plain tokens without a stop byte once
-        per key and only those with one per mask. Default: None.
+        key k, and the text after w is not complete. Inside a JSON string (stop = the quote)
+        the bytes of such a w never leave the string, so whether it lives depends on the
+        string's own checks only, not on the document around it, and the document stays open;
+        lifting then walks the non-plain tokens without a stop byte once per key and only
+        those with one per mask, and looks for tokens that finish the text only among those
+        with a stop byte. Default: None.
         """
         return None
 

@@ -17,8 +17,11 @@ stays properly weighted for the same posterior pi, with an unbiased Ẑ. What ch
 last step spends its particles only on texts that finish, instead of on prefixes that the forced
 EOS would kill (the particles of issue 10 that were still writing at 32 tokens).
 
-Works for any token-level potential (lifted byte potentials take a fast path over their byte
-states). Only the one step uses it; it is not a potential over whole sequences.
+Works for any token-level potential. Lifted byte potentials take the fast path of
+``Lifted.finishing``: one trie walk per ``complete_key`` (a DFA state), or only the tokens that
+end in one of the potential's ``final_bytes`` (for JSON: ``}`` and whitespace under an object
+root), so the step costs O(V) in Python only for potentials that declare neither. Only the one
+step uses it; it is not a potential over whole sequences.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from potentials.base import NEG_INF, Potential
+from potentials.lift import Lifted
 
-#: next-token rows kept per Finishing potential (a few particles' last steps)
+#: next-token rows and supports kept per Finishing potential (a few particles' last steps)
 ROW_CACHE = 64
 
 
@@ -50,6 +54,7 @@ class Finishing(Potential):
         self._eos = frozenset(self.eos_ids)
         # ctx -> logw_next(ctx): particles that resampling duplicated ask about the same ctx
         self._rows: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self._supports: OrderedDict[Any, np.ndarray] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"Finishing({self.inner!r})"
@@ -73,6 +78,27 @@ class Finishing(Potential):
                 out[k] = NEG_INF
         return out
 
+    async def known_support(self, ctx: Any) -> np.ndarray | None:
+        """For a Boolean lifted inner potential, the tokens that finish the text and EOS where
+        it may end (all of weight 0), when ``Lifted.finishing`` knows them cheaply (a cached
+        ``complete_key``, or few candidate tokens to ask): the samplers' exact step then
+        replaces the rejection loop at the last step. Else None."""
+        inner = self.inner
+        if not isinstance(inner, Lifted) or not inner.potential.boolean:
+            return None
+        key = tuple(ctx)
+        got = self._supports.get(key)
+        if got is None:
+            keep = await inner.finishing(ctx, cheap=True)
+            if keep is None:
+                return None
+            if await inner.complete(ctx) > NEG_INF:
+                keep = np.union1d(keep, self.eos_ids)
+            got = self._supports[key] = keep
+            if len(self._supports) > ROW_CACHE:
+                self._supports.popitem(last=False)
+        return got
+
     async def logw_next(self, ctx: Any) -> np.ndarray:
         # completion first: complete(x a) > -inf implies prefix(x a) > -inf (the contract), so
         # the inner weights are needed only for the few tokens that finish, never the inner's
@@ -82,10 +108,18 @@ class Finishing(Potential):
         if got is not None:
             return got.copy()
         out = np.full(self.size, NEG_INF)
-        if await self.inner.prefix(ctx) > NEG_INF:
+        inner = self.inner
+        if isinstance(inner, Lifted):
+            # the finishing tokens from the byte state (Lifted.finishing: per complete_key, or
+            # only the tokens ending in a final byte); a Boolean potential weighs each 0
+            keep = await inner.finishing(ctx)
+            if len(keep):
+                out[keep] = 0.0 if inner.potential.boolean else await inner.logw_subset(ctx, keep)
+            out[list(self.eos_ids)] = await inner.logw_subset(ctx, list(self.eos_ids))
+        elif await inner.prefix(ctx) > NEG_INF:
             keep = [a for a in range(self.size) if a in self._eos or await self._finishes(ctx, a)]
             if keep:
-                out[keep] = await self.inner.logw_subset(ctx, keep)
+                out[keep] = await inner.logw_subset(ctx, keep)
         self._rows[key] = out.copy()
         if len(self._rows) > ROW_CACHE:
             self._rows.popitem(last=False)
@@ -93,8 +127,6 @@ class Finishing(Potential):
 
     async def _finishes(self, ctx: Any, a: int) -> bool:
         """complete(ctx a) > -inf (a not EOS)."""
-        from potentials.lift import Lifted
-
         inner = self.inner
         if isinstance(inner, Lifted):
             # from the byte state of ctx, without caching the state of every token tried

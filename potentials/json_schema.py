@@ -34,6 +34,10 @@ from potentials.json_patterns import SCHEMA_FORMATS
 
 #: transitions remembered per potential before the table is cleared
 MEMO_LIMIT = 200_000
+_DIGITS = b"0123456789"
+#: first byte of a JSON value -> the bytes it can end with
+_LAST_BY_FIRST = {ord("{"): b"}", ord("["): b"]", ord('"'): b'"', ord("-"): _DIGITS,
+                  **{d: _DIGITS for d in _DIGITS}, ord("t"): b"e", ord("f"): b"e", ord("n"): b"l"}
 
 
 class JSONState:
@@ -177,6 +181,7 @@ class JSONSchema(BytePotential[JSONState]):
         self._canon: dict = {}
         self._starts: dict = {}
         self._initial = JSONState(self.machine.initial(), None)
+        self._final: bytes | None = None
 
     def __repr__(self) -> str:
         what = repr(self.schema) if self.model is None else self.model.__qualname__
@@ -267,6 +272,20 @@ class JSONSchema(BytePotential[JSONState]):
                 self._starts.clear()
             got = self._starts[configs] = self.machine.open_start(configs)
         return got
+
+    def final_bytes(self) -> bytes:
+        """The last byte of each kind of root value the schema lets start (a value's first
+        byte fixes its last: ``{`` -> ``}``, a digit or ``-`` -> a digit, ``t``/``f`` -> ``e``,
+        ...), and whitespace where a document may end with some."""
+        if self._final is None:
+            last: set[int] = set()
+            for first, ends in _LAST_BY_FIRST.items():
+                if self.advance(self._initial, bytes((first,))) is not None:
+                    last.update(ends)
+            if self.whitespace not in ("compact", 0):
+                last.update(b" \t\n\r")
+            self._final = bytes(sorted(last))
+        return self._final
 
     def plain_text_budget(self, state: JSONState) -> float | None:
         return self.machine.plain_text_budget(state.configs)

@@ -131,6 +131,18 @@ def stop_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, V
     return _per_lm(lm, ("stop", tuple(sorted(skip)), bytes(stop)), build)
 
 
+def last_bytes(lm: LMBackend) -> np.ndarray:
+    """Each token's last byte (-1 for a token with no bytes), built once per LM."""
+    return _per_lm(lm, ("last",), lambda: np.array([tok[-1] if len(tok) else -1 for tok in map(bytes, lm.vocab)],
+                                                     dtype=np.int16))
+
+
+def stop_tokens(lm: LMBackend, stop: bytes) -> np.ndarray:
+    """Which tokens contain a byte of ``stop``, built once per LM and stop bytes."""
+    return _per_lm(lm, ("has-stop", bytes(stop)),
+                   lambda: np.array([any(b in stop for b in bytes(tok)) for tok in lm.vocab], dtype=bool))
+
+
 def plain_tokens(lm: LMBackend, skip: set[int]) -> tuple[np.ndarray, np.ndarray, VocabTrie]:
     """(which tokens are plain text, their character counts, the trie of all other tokens),
     ``skip`` ids excluded everywhere; built once per LM and skip set."""
@@ -190,6 +202,9 @@ class Lifted(Potential):
         # inner_text_key k -> the live non-plain tokens without a stop byte
         self._inner: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.inner_cache_size = 256
+        # complete_key k -> the tokens after which the text can end (``finishing``)
+        self._finishing: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self._final: np.ndarray | None = None
         self._root_live: bool | None = None
         self.stats = {"tokens_checked": 0, "trie_nodes_visited": 0, "state_cache_hits": 0,
                       "state_cache_misses": 0, "mask_cache_hits": 0}
@@ -324,6 +339,80 @@ class Lifted(Potential):
         self.stats["mask_cache_hits"] += 1
         allowed, with_eos = got
         return with_eos if await self.potential.state_complete(state) - base > NEG_INF else allowed
+
+    async def finishing(self, ctx: Sequence[int], cheap: bool = False) -> np.ndarray | None:
+        """The sorted non-EOS token ids t with complete(ctx t) > -inf (the tokens after which
+        a forced EOS keeps the text: potentials.finishing).
+
+        With a ``complete_key`` for the state: one walk of the trie per key (dead subtrees
+        skipped, acceptance read at each token), kept. Otherwise only these tokens are asked,
+        each with ``complete_after``: those ending in one of the potential's ``final_bytes``,
+        with a stop byte of the state's ``inner_text_key`` (the others stay inside the
+        string), and allowed by the state's mask when one is cached (Boolean potentials).
+        ``cheap``: None instead of a trie walk for a new key, or of more than
+        ``support_limit`` checks."""
+        state, base = await self._base(ctx)
+        if base == NEG_INF:
+            return np.zeros(0, dtype=np.int64)
+        pot = self.potential
+        key = pot.complete_key(state)
+        if key is not None:
+            got = self._finishing.get(key)
+            if got is None:
+                if cheap:
+                    return None
+                got = self._finishing[key] = await self._finishing_walk(state)
+                if len(self._finishing) > self.mask_cache_size:
+                    self._finishing.popitem(last=False)
+            return got
+        candidates = self._final_candidates()
+        inner = pot.inner_text_key(state)
+        if inner is not None:
+            candidates = candidates[stop_tokens(self.lm, inner[1])[candidates]]
+        if pot.boolean:
+            mkey = pot.mask_key(state)
+            mask = None if mkey is None else self._masks.get(mkey)
+            if mask is not None:
+                candidates = candidates[mask[candidates]]
+        if cheap and len(candidates) > self.support_limit:
+            return None
+        complete_after, vocab = pot.complete_after, self.vocab
+        self.stats["tokens_checked"] += len(candidates)
+        keep = [t for t in candidates.tolist() if await complete_after(state, vocab[t]) > NEG_INF]
+        return np.asarray(keep, dtype=np.int64)
+
+    def _final_candidates(self) -> np.ndarray:
+        """The text tokens (no EOS, nothing blocked) whose last byte is in ``final_bytes``."""
+        if self._final is None:
+            last = last_bytes(self.lm)
+            ok = last >= 0
+            final = self.potential.final_bytes()
+            if final is not None:
+                ok &= np.isin(last, np.frombuffer(bytes(final), dtype=np.uint8).astype(np.int16))
+            ok[list(self._eos | self._blocked)] = False
+            self._final = np.flatnonzero(ok)
+        return self._final
+
+    async def _finishing_walk(self, state: Any) -> np.ndarray:
+        """The trie walk of ``_walk`` from ``state``, keeping the tokens whose state accepts."""
+        trie = self._full_trie()
+        advance, state_complete = self.potential.advance, self.potential.state_complete
+        keep: list[int] = []
+        stack = [(child, state) for child in trie.children[0]]
+        visited = 0
+        while stack:
+            node, parent = stack.pop()
+            visited += 1
+            here = advance(parent, trie.label[node])
+            if here is None:
+                continue
+            toks = trie.tokens[node]
+            if toks and await state_complete(here) > NEG_INF:
+                keep.extend(toks)
+            for child in trie.children[node]:
+                stack.append((child, here))
+        self.stats["trie_nodes_visited"] += visited
+        return np.asarray(sorted(keep), dtype=np.int64)
 
     async def _mask(self, state: Any) -> np.ndarray:
         """Boolean potentials: which non-EOS tokens keep the byte state alive."""

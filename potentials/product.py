@@ -58,6 +58,17 @@ class ByteProduct(BytePotential):
         kb = None if ka is None else self.b.completion_key(state[1])
         return None if kb is None else (ka, kb)
 
+    def complete_key(self, state: tuple[Any, Any]) -> Hashable | None:
+        ka = self.a.complete_key(state[0])
+        kb = None if ka is None else self.b.complete_key(state[1])
+        return None if kb is None else (ka, kb)
+
+    def final_bytes(self) -> bytes | None:
+        fa, fb = self.a.final_bytes(), self.b.final_bytes()
+        if fa is None or fb is None:
+            return fb if fa is None else fa
+        return bytes(sorted(set(fa) & set(fb)))
+
     def plain_text_budget(self, state: tuple[Any, Any]) -> float | None:
         ba = self.a.plain_text_budget(state[0])
         bb = None if ba is None else self.b.plain_text_budget(state[1])

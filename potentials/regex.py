@@ -111,6 +111,10 @@ class Regex(BytePotential):
         """The DFA state (an int: few of them, so lifted masks are shared per state)."""
         return state if self.dfa is not None else None
 
+    def complete_key(self, state: Any) -> Hashable | None:
+        """The DFA state too (it decides acceptance); none on the fallback."""
+        return state if self.dfa is not None else None
+
     @property
     def exact(self) -> bool:
         """True when prefix viability is exact (the pattern compiled to an automaton)."""

@@ -21,8 +21,9 @@ them when its potential makes the claim, and its contexts must exercise it:
 ``MaskKeyContract`` (equal ``mask_key`` means equal liveness for every continuation; some key
 must be shared by two contexts) and ``PlainTextBudgetContract`` (a ``plain_text_budget`` B
 means plain text w stays alive iff it has at most B characters; some context must have one);
-``PlainTextKeyContract`` and ``InnerTextKeyContract`` check ``plain_text_key`` and
-``inner_text_key`` the same way (some key must be shared by two contexts).
+``PlainTextKeyContract``, ``InnerTextKeyContract`` and ``CompleteKeyContract`` check
+``plain_text_key``, ``inner_text_key`` and ``complete_key`` the same way (some key must be
+shared by two contexts). A byte potential's ``final_bytes`` is checked by the base contract.
 """
 
 from __future__ import annotations
@@ -133,6 +134,19 @@ class PotentialContract:
             assert np.all(logw[live] == 0.0), (ctx, logw[live])
 
     @_sync
+    async def test_final_bytes_end_every_complete_text(self):
+        """A byte potential's ``final_bytes``, where not None, holds the last byte of every
+        non-empty complete text among the contexts and their one-byte extensions."""
+        pot = self.potential()
+        final = pot.final_bytes() if isinstance(pot, BytePotential) else None
+        if final is None:
+            return
+        for ctx in self.contexts():
+            for text in [ctx] + [pot.extend(ctx, b) for b in range(256)]:
+                if text and await pot.complete(text) > NEG_INF:
+                    assert text[-1] in final, (text, final)
+
+    @_sync
     async def test_batch_methods_match_single(self):
         pot = self.potential()
         ctxs = list(self.contexts())
@@ -205,7 +219,7 @@ class PlainTextKeyContract(PotentialContract):
 
 class InnerTextKeyContract(PotentialContract):
     """The contract plus ``inner_text_key``'s claim: states with the same key agree on the
-    liveness of every continuation without a stop byte."""
+    liveness of every continuation without a stop byte, and none of those completes the text."""
 
     @_sync
     async def test_equal_inner_text_keys_have_equal_liveness(self):
@@ -217,6 +231,8 @@ class InnerTextKeyContract(PotentialContract):
                 key, stop = got
                 probes = [w for w in OTHER_PROBES + PLAIN_PROBES if not any(b in stop for b in w)]
                 alive = tuple(pot.advance(state, w) is not None for w in probes)
+                for w in [b""] + probes:
+                    assert await pot.complete_after(state, w) == NEG_INF, (ctx, w)
                 by_key.setdefault(key, []).append((ctx, alive))
         shared = [group for group in by_key.values() if len(group) > 1]
         assert shared, "no two contexts share an inner_text_key: add contexts inside strings"
@@ -242,3 +258,24 @@ class MaskKeyContract(PotentialContract):
         for group in shared:
             for ctx, alive in group[1:]:
                 assert alive == group[0][1], (group[0][0], ctx)
+
+
+class CompleteKeyContract(PotentialContract):
+    """The contract plus ``complete_key``'s claim: states with the same key agree on
+    whether every continuation completes the text."""
+
+    @_sync
+    async def test_equal_complete_keys_agree_on_completion(self):
+        pot = self.potential()
+        by_key: dict[Any, list[tuple[Any, tuple[bool, ...]]]] = {}
+        for ctx, state in _live_states(pot, self.contexts()):
+            key = pot.complete_key(state)
+            if key is not None:
+                done = tuple([await pot.complete_after(state, w) > NEG_INF
+                              for w in [b""] + OTHER_PROBES + PLAIN_PROBES])
+                by_key.setdefault(key, []).append((ctx, done))
+        shared = [group for group in by_key.values() if len(group) > 1]
+        assert shared, "no two contexts share a complete_key: add contexts that reach one state"
+        for group in shared:
+            for ctx, done in group[1:]:
+                assert done == group[0][1], (group[0][0], ctx)

@@ -13,7 +13,7 @@ import pytest
 import regex
 
 import smc
-from potentials import Regex
+from potentials import JSONSchema, Regex
 from potentials.base import NEG_INF
 from potentials.finishing import Finishing
 from potentials.lift import Lifted
@@ -70,6 +70,10 @@ def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx, pattern):
     got[:] = 7.0  # a caller writing into its row does not change the cached one
     np.testing.assert_array_equal(asyncio.run(fin.logw_next(ctx)), asyncio.run(Finishing(inner).logw_next(ctx)))
     got = asyncio.run(fin.logw_next(ctx))
+    # known without logw_next once the DFA state's walk is cached; at once on the fallback
+    support = asyncio.run(fin.known_support(ctx))
+    assert support is not None
+    assert support.tolist() == np.flatnonzero(got > NEG_INF).tolist() and np.all(got[support] == 0.0)
     # the generic path (any token-level potential) agrees with the lifted fast path
     pred = TokenPredicate(len(VOCAB), [EOS], _viable, _full)
     np.testing.assert_array_equal(asyncio.run(Finishing(pred).logw_next(ctx)), got)
@@ -95,6 +99,42 @@ def test_finishing_sampler_is_properly_weighted_by_enumeration(make, ctx, patter
         if w > NEG_INF:
             acc[token] += prob * math.exp(w)
     np.testing.assert_allclose(acc, want, rtol=1e-9, atol=1e-12)
+
+
+# JSON-ish tokens: documents end in "}" (an object root) or whitespace; many tokens end in other
+# bytes that can never end a document ("1", ":", "a") or in "}" without finishing ("a}")
+JSON_VOCAB = [b"{", b"}", b'"', b'"a', b'":', b" ", b"1", b"12", b"}\n", b'"}', b'a"}', b"a", b",",
+              b"\n", b'"a":', b"1}", b"e", b" }", b"a}", b"2 ", b"<eos>"]
+JSON_LM = FastToyLM(JSON_VOCAB, b"<eos>", lambda ids: [1.0] * len(JSON_VOCAB))
+OBJECT = {"type": "object", "properties": {"a": {"type": "integer", "maximum": 15}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize("constraint", [
+    lambda: JSONSchema(OBJECT),
+    lambda: JSONSchema(OBJECT, whitespace="compact"),
+    lambda: JSONSchema({}),  # any root value: final bytes are every kind's last byte
+    lambda: JSONSchema(OBJECT) * Regex(r'[^ ]*'),  # a product: both factors' final bytes
+    lambda: Regex(r'\{"a":1+\}\s?'),  # a DFA: one walk per complete_key
+], ids=["object", "object-compact", "any", "product", "regex"])
+@pytest.mark.parametrize("mask_first", [False, True])
+def test_lifted_finishing_is_every_token_after_which_the_text_completes(constraint, mask_first):
+    texts = ["", "{", '{"a', '{"a":', '{"a":1', '{"a": 12', '{"a":1}', '{"a":12 ', '{"a":"', "1", '"a']
+    lifted = Lifted(constraint(), JSON_LM)
+    eos = len(JSON_VOCAB) - 1
+    for text in texts:
+        ctx = tuple(JSON_LM.encode(text)) if text else ()
+        assert b"".join(JSON_VOCAB[t] for t in ctx).decode() == text
+        if mask_first:  # a cached mask at this state narrows the candidates first
+            asyncio.run(lifted.logw_next(ctx))
+        want = [t for t in range(eos) if asyncio.run(lifted.complete(ctx + (t,))) > NEG_INF]
+        assert asyncio.run(lifted.finishing(ctx)).tolist() == want, text
+        support = asyncio.run(Finishing(lifted).known_support(ctx))
+        if support is not None:  # the finishing tokens and EOS where the text may end
+            done = asyncio.run(lifted.complete(ctx)) > NEG_INF
+            assert support.tolist() == want + [eos] * done, text
+    final = lifted.potential.final_bytes()
+    if isinstance(lifted.potential, JSONSchema) and lifted.potential.schema == OBJECT:
+        assert set(final) == set(b"}" if lifted.potential.whitespace == "compact" else b"} \t\n\r")
 
 
 def test_finishing_is_built_once_and_only_with_a_potential():
