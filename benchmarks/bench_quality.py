@@ -32,7 +32,9 @@ did.
 
 A run's records go to --jsonl as they finish (one JSON object per run); runs already in that
 file are not repeated (resume), and ``--summarize FILE...`` prints the tables of saved records
-without running anything.
+without running anything. ``--export FILE`` writes the selected JSON tasks for
+``benchmarks/peer_genlm_control.py`` (genlm-control on the same prompt ids, in its own venv),
+whose records ``--summarize`` reads beside these.
 """
 
 from __future__ import annotations
@@ -155,6 +157,24 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
     return rec
 
 
+def export_tasks(lm, tasks: list[qt.Task], path: str) -> None:
+    """One line per JSON task: its prompt read by the one prompt rule (the ids a peer library
+    must be given, so both condition on the same tokens), schema, max_tokens, and the embedded
+    model's converted directory (which a peer loads with transformers)."""
+    from smc.backends.prompts import encode_prompt
+    from smc.loading import embedded_model_dir
+
+    with open(path, "w") as f:
+        for task in tasks:
+            if task.family != "json":
+                continue
+            f.write(json.dumps({"task": task.name, "prompt_ids": encode_prompt(lm, task.prompt),
+                                "schema": task.schema, "max_tokens": task.max_tokens,
+                                "eos_token_ids": list(lm.eos_token_ids),
+                                "model_dir": str(embedded_model_dir())}) + "\n")
+    print(f"# wrote {path}")
+
+
 # ---------------------------------------------------------------------------- summary
 def bootstrap_ci(x: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95% percentile bootstrap interval of the mean of x."""
@@ -242,6 +262,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ess-threshold", type=float, default=0.5)
     ap.add_argument("--jsonl", help="append one record per run to this file")
     ap.add_argument("--summarize", nargs="+", metavar="FILE", help="only summarize saved records")
+    ap.add_argument("--export", metavar="FILE",
+                    help="only write the selected JSON tasks' prompt ids, schemas and the model "
+                         "directory, for benchmarks/peer_genlm_control.py")
     args = ap.parse_args(argv)
 
     if args.summarize:
@@ -264,6 +287,9 @@ def main(argv: list[str] | None = None) -> None:
     import smc
 
     lm = smc.load_lm()
+    if args.export:
+        export_tasks(lm, tasks, args.export)
+        return
     records = []
     done: dict[tuple, dict] = {}
     # resume: runs already in --jsonl (same task, method, N, seed, threshold) are not repeated

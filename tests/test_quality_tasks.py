@@ -111,3 +111,34 @@ def test_select():
         qt.select(names="nope")
     with pytest.raises(ValueError, match="family"):
         qt.select(families="xml")
+
+
+def test_export_gives_the_peer_the_prompt_ids_of_the_one_prompt_rule(tmp_path, monkeypatch):
+    # benchmarks/peer_genlm_control.py conditions genlm-control on exactly these ids
+    import bench_quality
+    import smc.loading
+    from smc.backends.prompts import encode_prompt
+    from smc.backends.toy import ToyLM
+
+    vocab = [bytes((b,)) for b in range(32, 127)] + [b"\n", b"<eos>"]
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab),
+               chat_template=lambda msgs: "".join(f"<{m['role']}>{m['content']}\n" for m in msgs) + "<assistant>")
+    monkeypatch.setattr(smc.loading, "embedded_model_dir", lambda: Path("/models/x"))
+    tasks = qt.select("ada,json-00,regex-00")
+    path = tmp_path / "tasks.jsonl"
+    bench_quality.export_tasks(lm, tasks, str(path))
+    got = [json.loads(ln) for ln in path.read_text().splitlines()]
+    assert [g["task"] for g in got] == ["ada", "json-00"]  # JSON tasks only
+    for g, task in zip(got, tasks):
+        assert g["prompt_ids"] == encode_prompt(lm, task.prompt)
+        assert b"".join(vocab[i] for i in g["prompt_ids"]).startswith(b"<user>")  # the template applied
+        assert g["schema"] == task.schema and g["max_tokens"] == task.max_tokens
+        assert g["eos_token_ids"] == lm.eos_token_ids and g["model_dir"] == "/models/x"
+
+
+def test_peer_script_needs_no_peer_to_start():
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "peer_genlm_control.py"
+    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--tasks-file" in out.stdout
