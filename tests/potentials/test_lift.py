@@ -312,3 +312,13 @@ async def test_string_masks_reuse_the_inner_tokens_per_key(schema):
         lifted._masks.clear()  # every mask computed afresh: the inner cache is what is shared
         np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
     assert keyed >= 4 and 0 < len(lifted._inner) < keyed
+
+
+def test_per_lm_byte_tables_match_the_tokens():
+    from potentials.lift import last_bytes, stop_tokens
+
+    vocab = [b"a", b'"b', b"", b'x"}', "é".encode(), b"\\n", b"<eos>", b"}"]
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    assert last_bytes(lm).tolist() == [t[-1] if t else -1 for t in vocab]
+    for stop in (b'"', b'"}', b"\xa9"):
+        assert stop_tokens(lm, stop).tolist() == [any(b in stop for b in t) for t in vocab]
