@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -424,23 +424,11 @@ class Lifted(Potential):
 
     async def _finishing_walk(self, state: Any) -> np.ndarray:
         """The trie walk of ``_walk`` from ``state``, keeping the tokens whose state accepts."""
-        trie = self._full_trie()
-        advance, state_complete = self.potential.advance, self.potential.state_complete
+        state_complete = self.potential.state_complete
         keep: list[int] = []
-        stack = [(child, state) for child in trie.children[0]]
-        visited = 0
-        while stack:
-            node, parent = stack.pop()
-            visited += 1
-            here = advance(parent, trie.label[node])
-            if here is None:
-                continue
-            toks = trie.tokens[node]
-            if toks and await state_complete(here) > NEG_INF:
+        for toks, here in self._live_nodes(state, self._full_trie()):
+            if await state_complete(here) > NEG_INF:
                 keep.extend(toks)
-            for child in trie.children[node]:
-                stack.append((child, here))
-        self.stats["trie_nodes_visited"] += visited
         return np.asarray(sorted(keep), dtype=np.int64)
 
     async def _mask(self, state: Any) -> np.ndarray:
@@ -497,12 +485,10 @@ class Lifted(Potential):
             self._trie = vocab_trie(self.lm, set(self._eos | self._blocked))
         return self._trie
 
-    async def _walk(self, state: Any, base: float, trie: VocabTrie) -> np.ndarray:
-        """Weights prefix(x t) - base of the tokens t in ``trie``, from the byte state of x
-        (-inf for the tokens not in it)."""
-        out = np.full(self.size, NEG_INF)
+    def _live_nodes(self, state: Any, trie: VocabTrie) -> Iterator[tuple[tuple[int, ...], Any]]:
+        """(token ids ending at the node, byte state there) for every trie node with tokens
+        whose bytes keep ``state`` alive; a dead node's subtree is skipped."""
         advance = self.potential.advance
-        boolean = self.potential.boolean
         stack = [(child, state) for child in trie.children[0]]
         visited = 0
         while stack:
@@ -511,12 +497,19 @@ class Lifted(Potential):
             here = advance(parent, trie.label[node])
             if here is None:
                 continue  # every token below shares these dead bytes
-            toks = trie.tokens[node]
-            if toks:
-                w = (0.0 if boolean else await self.potential.state_prefix(here)) - base
-                for t in toks:
-                    out[t] = w
+            if trie.tokens[node]:
+                yield trie.tokens[node], here
             for child in trie.children[node]:
                 stack.append((child, here))
         self.stats["trie_nodes_visited"] += visited
+
+    async def _walk(self, state: Any, base: float, trie: VocabTrie) -> np.ndarray:
+        """Weights prefix(x t) - base of the tokens t in ``trie``, from the byte state of x
+        (-inf for the tokens not in it)."""
+        out = np.full(self.size, NEG_INF)
+        boolean = self.potential.boolean
+        for toks, here in self._live_nodes(state, trie):
+            w = (0.0 if boolean else await self.potential.state_prefix(here)) - base
+            for t in toks:
+                out[t] = w
         return out

@@ -173,6 +173,15 @@ def _live_states(pot: BytePotential, contexts: Sequence[bytes]) -> list[tuple[by
     return [(ctx, state) for ctx in contexts if (state := pot.state_of(ctx)) is not None]
 
 
+def _agree_per_key(by_key: dict[Any, list[tuple[Any, Any]]], missing: str) -> None:
+    """Every group of contexts sharing a key observed the same thing; some key is shared."""
+    shared = [group for group in by_key.values() if len(group) > 1]
+    assert shared, missing
+    for group in shared:
+        for ctx, seen in group[1:]:
+            assert seen == group[0][1], (group[0][0], ctx)
+
+
 class PlainTextBudgetContract(PotentialContract):
     """The contract plus ``plain_text_budget``'s claim (see the module docstring)."""
 
@@ -234,11 +243,7 @@ class InnerTextKeyContract(PotentialContract):
                 for w in [b""] + probes:
                     assert await pot.complete_after(state, w) == NEG_INF, (ctx, w)
                 by_key.setdefault(key, []).append((ctx, alive))
-        shared = [group for group in by_key.values() if len(group) > 1]
-        assert shared, "no two contexts share an inner_text_key: add contexts inside strings"
-        for group in shared:
-            for ctx, alive in group[1:]:
-                assert alive == group[0][1], (group[0][0], ctx)
+        _agree_per_key(by_key, "no two contexts share an inner_text_key: add contexts inside strings")
 
 
 class MaskKeyContract(PotentialContract):
@@ -253,11 +258,7 @@ class MaskKeyContract(PotentialContract):
             if key is not None:
                 alive = tuple(pot.advance(state, w) is not None for w in OTHER_PROBES + PLAIN_PROBES)
                 by_key.setdefault(key, []).append((ctx, alive))
-        shared = [group for group in by_key.values() if len(group) > 1]
-        assert shared, "no two contexts share a mask_key: add contexts that reach one state"
-        for group in shared:
-            for ctx, alive in group[1:]:
-                assert alive == group[0][1], (group[0][0], ctx)
+        _agree_per_key(by_key, "no two contexts share a mask_key: add contexts that reach one state")
 
 
 class CompleteKeyContract(PotentialContract):
@@ -274,8 +275,4 @@ class CompleteKeyContract(PotentialContract):
                 done = tuple([await pot.complete_after(state, w) > NEG_INF
                               for w in [b""] + OTHER_PROBES + PLAIN_PROBES])
                 by_key.setdefault(key, []).append((ctx, done))
-        shared = [group for group in by_key.values() if len(group) > 1]
-        assert shared, "no two contexts share a complete_key: add contexts that reach one state"
-        for group in shared:
-            for ctx, done in group[1:]:
-                assert done == group[0][1], (group[0][0], ctx)
+        _agree_per_key(by_key, "no two contexts share a complete_key: add contexts that reach one state")
