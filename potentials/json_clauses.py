@@ -339,7 +339,27 @@ class Clause:
 
     def value_alternatives(self, key: str) -> tuple:
         """Clauses for the value of property ``key``."""
+        named, patterned = self._memo("named", self._named_keys)
+        if key not in named and not patterned:
+            # every key no member names gets the same clauses (additionalProperties, or none):
+            # one entry, not one per candidate name a mask tries
+            return self._memo("value-other", lambda: self._value_alternatives(key))
         return self._memo(("value", key), lambda: self._value_alternatives(key))
+
+    def _named_keys(self) -> tuple[frozenset, bool]:
+        """(the keys some member names: ``properties`` or a const object's, whether some
+        member has ``patternProperties``)."""
+        named: set = set()
+        patterned = False
+        for m in self.members:
+            if isinstance(m, Const) and isinstance(m.value, dict):
+                named |= set(m.value)
+            elif isinstance(m, Node):
+                s = m.contents
+                if isinstance(s.get("properties"), dict):
+                    named |= set(s["properties"])
+                patterned = patterned or isinstance(s.get("patternProperties"), dict)
+        return frozenset(named), patterned
 
     def _value_alternatives(self, key: str) -> tuple:
         sch = self.schemas

@@ -50,6 +50,17 @@ A_OPEN, A_VALUE, A_AFTER, A_COMMA = range(4)
 N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP = range(8)
 N_ACCEPT = frozenset({N_ZERO, N_INT, N_FRAC, N_EXP})
 
+# the bytes that can follow a frame on top of the stack (``Machine.next_bytes``)
+_VALUE = frozenset(b'"{[-0123456789tfn')
+_OBJ_NEXT = {O_OPEN: WS | frozenset(b'"}'), O_COLON: WS | frozenset(b":"),
+             O_VALUE_NEXT: WS | _VALUE, O_AFTER: WS | frozenset(b",}"), O_COMMA: WS | frozenset(b'"')}
+_ARR_NEXT = {A_OPEN: WS | _VALUE | frozenset(b"]"), A_AFTER: WS | frozenset(b",]"),
+             A_COMMA: WS | _VALUE}
+# a number's own bytes, or what a container (or the document) reads after a value
+_NUM_NEXT = DIGITS | frozenset(b"+-.eE") | WS | frozenset(b",]}")
+_ESC_NEXT = frozenset(SIMPLE_ESCAPES) | frozenset(b"u")
+_HEX_NEXT = frozenset(HEX)
+
 
 class Stack:
     """An immutable stack node: ``frame`` on top of ``parent`` (None at the bottom)."""
@@ -163,6 +174,33 @@ class Machine:
             facts = f[1].string
             parts.append((facts.dfas, f[5], facts.max_len - f[4]))
         return frozenset(parts) if parts else None
+
+    @staticmethod
+    def next_bytes(configs: frozenset) -> frozenset | None:
+        """A superset of the bytes b with ``step(configs, b)`` non-empty, read off the top
+        frames (``BytePotential.next_bytes``); None inside a string's free text."""
+        out: frozenset = frozenset()
+        for node in configs:
+            f = node.frame
+            tag = f[0]
+            if tag == OBJ:
+                got = _OBJ_NEXT.get(f[2])
+            elif tag == ARR:
+                got = _ARR_NEXT.get(f[2])
+            elif tag == NUM:
+                got = _NUM_NEXT
+            elif tag == LIT:
+                got = frozenset(f[2][:1])
+            elif tag == TOP:
+                got = WS | _VALUE if f[1] == 0 else WS if f[1] == 2 else None
+            elif tag == STR:
+                got = _string_next(f)
+            else:
+                got = None
+            if got is None:
+                return None
+            out = out | got
+        return out
 
     @staticmethod
     def pending(configs: frozenset) -> bool:
@@ -472,6 +510,26 @@ class Machine:
         if value is not None and c.needs_check("string") and not c.scalar_ok("string", value):
             return []
         return self._pop(node, value if is_key else None)
+
+
+def _string_next(f: tuple) -> frozenset | None:
+    """The bytes that can follow a string frame: the escape's or the character's next byte,
+    or, against enum/const literals, their next bytes, the closing quote when one ends here,
+    and the backslash (an escape may spell the literal's next character)."""
+    esc, utf8, lpos, lits = f[2], f[3], f[6], f[7]
+    if utf8 is not None:
+        return frozenset(range(utf8[1], utf8[2] + 1))
+    if esc == 1:
+        return _ESC_NEXT
+    if esc != 0:
+        kind = esc[0]
+        return _HEX_NEXT if kind == 2 else frozenset(b"\\") if kind == 3 else frozenset(b"u")
+    if lits is None:
+        return None
+    out = {v[lpos] for v in lits if len(v) > lpos} | {92}
+    if any(len(v) == lpos for v in lits):
+        out.add(34)
+    return frozenset(out)
 
 
 def _utf8_lead(b: int) -> tuple | None:

@@ -180,6 +180,7 @@ class JSONSchema(BytePotential[JSONState]):
         self._memo: dict = {}
         self._canon: dict = {}
         self._starts: dict = {}
+        self._next: dict = {}
         self._initial = JSONState(self.machine.initial(), None)
         self._final: bytes | None = None
 
@@ -286,6 +287,15 @@ class JSONSchema(BytePotential[JSONState]):
                 last.update(b" \t\n\r")
             self._final = bytes(sorted(last))
         return self._final
+
+    def next_bytes(self, state: JSONState) -> frozenset | None:
+        configs = state.configs
+        got = self._next.get(configs, self)
+        if got is self:
+            if len(self._next) > MEMO_LIMIT:
+                self._next.clear()
+            got = self._next[configs] = self.machine.next_bytes(configs)
+        return got
 
     def plain_text_budget(self, state: JSONState) -> float | None:
         return self.machine.plain_text_budget(state.configs)

@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run tim
     from smc.backends.base import LMBackend
 
 _MISSING = object()
+#: trie nodes with at least this many children are descended through ``next_bytes``
+FANOUT = 16
 
 
 class VocabTrie:
@@ -64,6 +66,11 @@ class VocabTrie:
         # vocabulary's trie kept ~400,000 containers that every full collection walked (~0.2 s)
         self.children = [tuple(c) for c in self.children]
         self.tokens = [tuple(t) for t in self.tokens]
+        # nodes with many children, by their children's first bytes, so that a walk can visit
+        # only the children a potential's next_bytes allows (dicts of ints stay untracked too)
+        self.by_first: dict[int, dict[int, int]] = {
+            k: {self.label[c][0]: c for c in kids}
+            for k, kids in enumerate(self.children) if len(kids) >= FANOUT}
 
     def _add(self, label: bytes, node: dict) -> int:
         # iterative to stay clear of the recursion limit on long tokens
@@ -488,19 +495,38 @@ class Lifted(Potential):
     def _live_nodes(self, state: Any, trie: VocabTrie) -> Iterator[tuple[tuple[int, ...], Any]]:
         """(token ids ending at the node, byte state there) for every trie node with tokens
         whose bytes keep ``state`` alive; a dead node's subtree is skipped."""
-        advance = self.potential.advance
-        stack = [(child, state) for child in trie.children[0]]
+        advance, next_bytes = self.potential.advance, self.potential.next_bytes
+        children, label, tokens, by_first = trie.children, trie.label, trie.tokens, trie.by_first
+        stack: list = []
+        push = stack.append
+
+        def descend(node: int, here: Any) -> None:
+            kids = by_first.get(node)
+            allowed = None if kids is None else next_bytes(here)
+            if allowed is None:
+                for child in children[node]:
+                    push((child, here))
+                return
+            for b in allowed:
+                child = kids.get(b)
+                if child is not None:
+                    push((child, here))
+
+        descend(0, state)
         visited = 0
         while stack:
             node, parent = stack.pop()
             visited += 1
-            here = advance(parent, trie.label[node])
+            here = advance(parent, label[node])
             if here is None:
                 continue  # every token below shares these dead bytes
-            if trie.tokens[node]:
-                yield trie.tokens[node], here
-            for child in trie.children[node]:
-                stack.append((child, here))
+            if tokens[node]:
+                yield tokens[node], here
+            if by_first.get(node) is None:
+                for child in children[node]:
+                    push((child, here))
+            else:
+                descend(node, here)
         self.stats["trie_nodes_visited"] += visited
 
     async def _walk(self, state: Any, base: float, trie: VocabTrie) -> np.ndarray:

@@ -11,7 +11,7 @@ the vocabulary (``size``) and the EOS positions.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Sequence
+from typing import Any, Collection, Hashable, Sequence
 
 import numpy as np
 
@@ -68,6 +68,12 @@ class ByteProduct(BytePotential):
         if fa is None or fb is None:
             return fb if fa is None else fa
         return bytes(sorted(set(fa) & set(fb)))
+
+    def next_bytes(self, state: tuple[Any, Any]) -> Collection[int] | None:
+        na, nb = self.a.next_bytes(state[0]), self.b.next_bytes(state[1])
+        if na is None or nb is None:
+            return nb if na is None else na
+        return frozenset(na) & frozenset(nb)
 
     def plain_text_budget(self, state: tuple[Any, Any]) -> float | None:
         ba = self.a.plain_text_budget(state[0])

@@ -23,7 +23,8 @@ must be shared by two contexts) and ``PlainTextBudgetContract`` (a ``plain_text_
 means plain text w stays alive iff it has at most B characters; some context must have one);
 ``PlainTextKeyContract``, ``InnerTextKeyContract`` and ``CompleteKeyContract`` check
 ``plain_text_key``, ``inner_text_key`` and ``complete_key`` the same way (some key must be
-shared by two contexts). A byte potential's ``final_bytes`` is checked by the base contract.
+shared by two contexts). A byte potential's ``final_bytes`` and ``next_bytes`` are checked by
+the base contract.
 """
 
 from __future__ import annotations
@@ -145,6 +146,22 @@ class PotentialContract:
             for text in [ctx] + [pot.extend(ctx, b) for b in range(256)]:
                 if text and await pot.complete(text) > NEG_INF:
                     assert text[-1] in final, (text, final)
+
+    def test_next_bytes_hold_every_live_byte(self):
+        """A byte potential's ``next_bytes``, where not None, holds every byte b after which
+        the state of each (live) context stays alive."""
+        pot = self.potential()
+        if not isinstance(pot, BytePotential):
+            return
+        for ctx in self.contexts():
+            state = pot.state_of(ctx)
+            allowed = None if state is None else pot.next_bytes(state)
+            if allowed is None:
+                continue
+            allowed = set(allowed)
+            for b in range(256):
+                if pot.advance(state, bytes((b,))) is not None:
+                    assert b in allowed, (ctx, b, sorted(allowed))
 
     @_sync
     async def test_batch_methods_match_single(self):

@@ -297,3 +297,51 @@ async def test_random_values_agree_with_jsonschema(schema, value):
     for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
         got = await pot.complete(text.encode("utf-8"))
         assert (got == 0.0) is want.is_valid(value), text
+
+
+@pytest.mark.parametrize("schema", [OBJ, TREE, ENUM, UNION, PATTERN, MIXED], ids=str)
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(value=VALUES)
+def test_next_bytes_hold_every_live_byte(schema, value):
+    """At every prefix of random documents (escapes, non-ASCII, whitespace, exponents),
+    every byte that keeps the state alive is among ``next_bytes``; between values the hook
+    does narrow the bytes (it is not None there)."""
+    pot = JSONSchema(schema, whitespace="flexible")
+    narrowed = 0
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False, indent=1)):
+        data = text.encode("utf-8")
+        state = pot.initial()
+        for i in range(len(data) + 1):
+            if state is None:
+                break
+            allowed = pot.next_bytes(state)
+            if allowed is not None:
+                narrowed += 1
+                for b in range(256):
+                    if pot.advance(state, bytes((b,))) is not None:
+                        assert b in allowed, (data[:i], b, sorted(allowed))
+            if i < len(data):
+                state = pot.advance(state, data[i:i + 1])
+    assert narrowed, "next_bytes never narrowed the bytes"
+
+
+@pytest.mark.parametrize("schema, text, narrowed", [
+    (ENUM, '"gre', True), (ENUM, '"', True), ({"enum": ["a/b"]}, '"a', True),
+    ({"type": "string"}, '"\\u00', True), ({"type": "string"}, '"\\', True),
+    ({"type": "string"}, '"\\ud83d', True), ({"type": "string"}, '"\\ud83d\\', True),
+    ({"type": "string"}, '"\xc3'.encode("latin-1").decode("utf-8", "surrogateescape"), True),
+    ({"type": "boolean"}, "tr", True), ({"type": "number"}, "-1.5e", True), (ENUM, "[1", True),
+    (OBJ, '{"a":1', True), (OBJ, '{"a":1 ', True), ({"type": "string"}, '"ab', False),
+])
+def test_next_bytes_inside_literals_escapes_and_numbers(schema, text, narrowed):
+    """The states where next_bytes narrows inside a value (enum literals, escapes, surrogate
+    halves, partial characters, true/false/null, numbers), exhaustively over the 256 bytes;
+    free string text is not narrowed."""
+    pot = JSONSchema(schema)
+    state = pot.state_of(text.encode("utf-8", "surrogateescape"))
+    assert state is not None, text
+    allowed = pot.next_bytes(state)
+    live = {b for b in range(256) if pot.advance(state, bytes((b,))) is not None}
+    assert (allowed is not None) == narrowed, text
+    if narrowed:
+        assert live and live <= set(allowed), (text, live - set(allowed))

@@ -233,7 +233,8 @@ async def test_embedded_vocabulary_json_masks_agree_with_brute_force(embedded_lm
                              "tag": {"type": "string", "pattern": "^[a-z]+$"}}}
     byte_pot = JSONSchema(schema, whitespace="flexible")
     lifted = byte_pot.lift(lm)
-    for text in ['{"name": "', '{"name": "Zoë', '{"name": "abcd', '{"tag": "ab', '{"', "{"]:
+    for text in ['{"name": "', '{"name": "Zoë', '{"name": "abcd', '{"tag": "ab', '{"', "{",
+                 '{"name":', '{"name": "ab",', '{"tag": "ab"']:
         ctx = tuple(lm.encode(text))
         ctx_bytes = b"".join(lm.vocab[t] for t in ctx)
         assert ctx_bytes == text.encode()
@@ -242,6 +243,39 @@ async def test_embedded_vocabulary_json_masks_agree_with_brute_force(embedded_lm
         np.testing.assert_array_equal(got, want, err_msg=text)
     # the name's string states took the shortcut: tokens longer than the room left are dead
     assert byte_pot.plain_text_budget(byte_pot.state_of(b'{"name": "abcd')) == 1
+
+
+# every single byte, a space before each of 20 characters (a node with many children) and
+# some JSON tokens, so that next_bytes narrows the root and the space node
+FANOUT_VOCAB = ([bytes((b,)) for b in range(256)] + [b" " + bytes((c,)) for c in b'abcdefgh{}[]",:0123']
+                + [b'{"', b'":', b'",', b'"}', b"true", b"tr", b"12", b"1,", b"\\u00e9", b"\xc3\xa9"])
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "yz"]}}},
+    {"type": "array", "items": {"type": ["boolean", "string", "number"]}},
+])
+async def test_next_bytes_narrow_the_walk_without_changing_masks(schema):
+    """Lifted descends big trie nodes only through next_bytes: the masks equal the brute
+    force and those of a walk that tries every child, with fewer trie nodes visited."""
+    vocab = FANOUT_VOCAB + [b"<eos>"]
+    eos = len(vocab) - 1
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    narrow = JSONSchema(schema, whitespace="flexible")
+    every = JSONSchema(schema, whitespace="flexible")
+    every.next_bytes = lambda state: None
+    a, b = narrow.lift(lm), every.lift(lm)
+    texts = ["", "{", '{"a":', '{"a": 1', '{"a": 12,', '{"b": "', '{"b": "y', "[", "[tr", '[1, "\\u0',
+             "[1.5e"]
+    for text in texts:
+        data = text.encode()
+        if await narrow.prefix(data) == NEG_INF:
+            continue
+        ctx = tuple(vocab.index(bytes((c,))) for c in data)
+        want = await brute_force(narrow, vocab, {eos}, set(), data)
+        np.testing.assert_array_equal(await a.logw_next(ctx), want, err_msg=text)
+        np.testing.assert_array_equal(await b.logw_next(ctx), want, err_msg=text)
+    assert a.stats["trie_nodes_visited"] < b.stats["trie_nodes_visited"] / 2
 
 
 JSON_TOY_VOCAB = [b"[", b"]", b'"', b",", b"a", b"b", b"ab", b"/", b"a/", b"aaaa", b'"]', b'",', b"bb/b",
