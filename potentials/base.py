@@ -126,6 +126,11 @@ class BytePotential(Potential, Generic[S]):
     eos_ids = (256,)
     #: True when every live state has prefix weight 0, so viability alone decides prefix().
     boolean: bool = True
+    #: True when an equal ``plain_text_key`` or ``inner_text_key`` means the same liveness in
+    #: every instance of the class (the keys hold no per-instance object, or hold it by
+    #: identity), so that lifting keeps what those keys cache once per LM and class, shared
+    #: by all such potentials, instead of once per potential.
+    shares_text_keys: bool = False
 
     def extend(self, ctx: bytes, symbol: int) -> bytes:
         return bytes(ctx) + bytes((int(symbol),))
@@ -218,6 +223,18 @@ class BytePotential(Potential, Generic[S]):
         Inside a string with a ``pattern`` (L_k: the pattern's automaton, in state k, survives
         w) lifting then computes the plain tokens' L_k once per key and reuses it, whatever
         the budget. Default: None.
+        """
+        return None
+
+    def plain_text_automata(self, key: Hashable) -> Sequence[Sequence[tuple[Any, Any]]] | None:
+        """None, or L_k of a ``plain_text_key`` k as automata: alternatives, each a sequence
+        of (automaton, its state), with
+
+            L_k(w)  iff  for some alternative, a.walk(q, w) is not None for every (a, q) in it
+
+        (``a.walk(q, w)``: the state after the bytes w, None once no continuation can match,
+        as ``potentials.fsm.ByteDFA.walk``). Lifting then walks the plain tokens through
+        those automata alone, instead of through ``advance``. Default: None.
         """
         return None
 

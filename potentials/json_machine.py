@@ -60,6 +60,8 @@ _ARR_NEXT = {A_OPEN: WS | _VALUE | frozenset(b"]"), A_AFTER: WS | frozenset(b",]
 _NUM_NEXT = DIGITS | frozenset(b"+-.eE") | WS | frozenset(b",]}")
 _ESC_NEXT = frozenset(SIMPLE_ESCAPES) | frozenset(b"u")
 _HEX_NEXT = frozenset(HEX)
+# inside free string text: the quote, a backslash, printable ASCII, UTF-8 lead bytes
+_FREE_NEXT = frozenset(range(0x20, 0x80)) | frozenset(range(0xC2, 0xF5))
 
 
 class Stack:
@@ -178,7 +180,7 @@ class Machine:
     @staticmethod
     def next_bytes(configs: frozenset) -> frozenset | None:
         """A superset of the bytes b with ``step(configs, b)`` non-empty, read off the top
-        frames (``BytePotential.next_bytes``); None inside a string's free text."""
+        frames (``BytePotential.next_bytes``); None under an unsettled CHECK frame."""
         out: frozenset = frozenset()
         for node in configs:
             f = node.frame
@@ -515,7 +517,8 @@ class Machine:
 def _string_next(f: tuple) -> frozenset | None:
     """The bytes that can follow a string frame: the escape's or the character's next byte,
     or, against enum/const literals, their next bytes, the closing quote when one ends here,
-    and the backslash (an escape may spell the literal's next character)."""
+    and the backslash (an escape may spell the literal's next character); else any byte
+    that may start a character, an escape or the closing quote."""
     esc, utf8, lpos, lits = f[2], f[3], f[6], f[7]
     if utf8 is not None:
         return frozenset(range(utf8[1], utf8[2] + 1))
@@ -525,7 +528,7 @@ def _string_next(f: tuple) -> frozenset | None:
         kind = esc[0]
         return _HEX_NEXT if kind == 2 else frozenset(b"\\") if kind == 3 else frozenset(b"u")
     if lits is None:
-        return None
+        return _FREE_NEXT
     out = {v[lpos] for v in lits if len(v) > lpos} | {92}
     if any(len(v) == lpos for v in lits):
         out.add(34)

@@ -106,6 +106,10 @@ class JSONSchema(BytePotential[JSONState]):
     conversion limit fail at ``complete``.
     """
 
+    # inside a string the keys hold only room, pattern automata (compared by identity) and
+    # their states; escapes, UTF-8 and control bytes are read alike by every schema
+    shares_text_keys = True
+
     def __init__(
         self,
         schema: dict | bool | str,
@@ -302,6 +306,11 @@ class JSONSchema(BytePotential[JSONState]):
 
     def plain_text_key(self, state: JSONState) -> tuple[Any, float] | None:
         return self.machine.plain_text_key(state.configs)
+
+    def plain_text_automata(self, key: Any) -> list[list[tuple[Any, int]]]:
+        """The key's configurations' pattern automata in their states (one alternative per
+        configuration): plain text adds its bytes to every automaton of the string."""
+        return [list(zip(dfas, states)) for dfas, states in key]
 
     def inner_text_key(self, state: JSONState) -> tuple[Any, bytes] | None:
         key = self.machine.inner_text_key(state.configs)

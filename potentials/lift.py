@@ -238,6 +238,9 @@ class Lifted(Potential):
         # inner_text_key k -> the live non-plain tokens without a stop byte
         self._inner: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.inner_cache_size = 256
+        if potential.shares_text_keys:  # one pair of caches per LM and class
+            self._plain_masks, self._inner = _per_lm(
+                lm, ("text-keys", type(potential)), lambda: (OrderedDict(), OrderedDict()))
         # complete_key k -> the tokens after which the text can end (``finishing``)
         self._finishing: OrderedDict[Any, np.ndarray] = OrderedDict()
         self._final: np.ndarray | None = None
@@ -458,14 +461,56 @@ class Lifted(Potential):
         if got is None or got[1] < budget:
             # L_k on the plain tokens of at most `budget` characters (all of them when no plain
             # token is longer): valid for every later state of key k with a budget <= this one
-            alive = np.isfinite(await self._walk(state, 0.0, plain_trie(self.lm, set(self._eos | self._blocked))))
-            got = self._plain_masks[key] = (alive, math.inf if budget >= chars.max(initial=0) else budget)
+            trie = plain_trie(self.lm, set(self._eos | self._blocked))
+            automata = self.potential.plain_text_automata(key)
+            if automata is not None:  # L_k for every plain token, whatever its length
+                got = (self._automata_live(automata, trie), math.inf)
+            else:
+                alive = np.isfinite(await self._walk(state, 0.0, trie))
+                got = (alive, math.inf if budget >= chars.max(initial=0) else budget)
+            self._plain_masks[key] = got
             if len(self._plain_masks) > self.plain_mask_cache_size:
                 self._plain_masks.popitem(last=False)
         else:
             self._plain_masks.move_to_end(key)
         mask |= got[0] & (chars <= budget)
         return mask
+
+    def _automata_live(self, automata: Sequence[Sequence[tuple[Any, Any]]],
+                       trie: VocabTrie) -> np.ndarray:
+        """Which tokens of ``trie`` are in L_k, from the automata of ``plain_text_automata``:
+        one walk of the trie per alternative, carrying the automata's states only."""
+        children, label, tokens = trie.children, trie.label, trie.tokens
+        found: list[int] = []
+        visited = 0
+        for alt in automata:
+            if not alt:  # no automaton: every plain token
+                for toks in tokens:
+                    found.extend(toks)
+                continue
+            walks = [a.walk for a, _ in alt]
+            stack = [(child, tuple(q for _, q in alt)) for child in children[0]]
+            while stack:
+                node, states = stack.pop()
+                visited += 1
+                lab = label[node]
+                if len(walks) == 1:
+                    q = walks[0](states[0], lab)
+                    if q is None:
+                        continue
+                    here: tuple = (q,)
+                else:
+                    here = tuple(w(q, lab) for w, q in zip(walks, states))
+                    if None in here:
+                        continue
+                if tokens[node]:
+                    found.extend(tokens[node])
+                for child in children[node]:
+                    stack.append((child, here))
+        self.stats["trie_nodes_visited"] += visited
+        out = np.zeros(self.size, dtype=bool)
+        out[found] = True
+        return out
 
     async def _others_mask(self, state: Any, others: VocabTrie) -> np.ndarray:
         """Which non-plain tokens keep ``state`` alive: those without a stop byte of the

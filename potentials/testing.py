@@ -241,6 +241,16 @@ class PlainTextKeyContract(PotentialContract):
             for w in PLAIN_PROBES:
                 fits = [(ctx, pot.advance(st, w) is not None) for ctx, st, b in group if len(w.decode()) <= b]
                 assert len({alive for _, alive in fits}) <= 1, (w, fits)
+        # plain_text_automata, where given, is L_k: liveness of plain text within the budget
+        for key, group in by_key.items():
+            automata = pot.plain_text_automata(key)
+            if automata is None:
+                continue
+            for ctx, state, budget in group:
+                for w in PLAIN_PROBES:
+                    if len(w.decode()) <= budget:
+                        in_l = any(all(a.walk(q, w) is not None for a, q in alt) for alt in automata)
+                        assert in_l == (pot.advance(state, w) is not None), (ctx, w)
 
 
 class InnerTextKeyContract(PotentialContract):

@@ -348,6 +348,31 @@ async def test_string_masks_reuse_the_inner_tokens_per_key(schema):
     assert keyed >= 4 and 0 < len(lifted._inner) < keyed
 
 
+async def test_string_walks_are_shared_by_json_potentials_of_one_lm():
+    """JSONSchema shares_text_keys: the inner and plain walks of its string states are kept
+    per LM, so a second schema's strings reuse the first one's; every mask still equals the
+    brute force, also where the keys differ (a pattern, a maxLength)."""
+    vocab = INNER_TOY_VOCAB
+    eos = vocab.index(b"<eos>")
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    schemas = [{"type": "array", "items": {"type": "string"}},
+               {"type": "object", "additionalProperties": {"type": "string"}},
+               {"type": "array", "items": {"type": "string", "maxLength": 2}},
+               {"type": "array", "items": {"type": "string", "pattern": "^a*$"}}]
+    lifted = [JSONSchema(s).lift(lm) for s in schemas]
+    assert lifted[0]._inner is lifted[3]._inner and lifted[0]._plain_masks is lifted[3]._plain_masks
+    texts = [['["', '["a', '["aé'], ['{"k":"', '{"k":"a'], ['["', '["a', '["aa'], ['["', '["a']]
+    sizes = []
+    for lift, group in zip(lifted, texts):
+        for text in group:
+            ctx = tuple(lm.encode(text))
+            want = await brute_force(lift.potential, vocab, {eos}, set(), text.encode())
+            np.testing.assert_array_equal(await lift.logw_next(ctx), want, err_msg=text)
+        sizes.append(len(lift._inner))
+    assert sizes[1] == sizes[0]  # the object's string values: the array's walks, reused
+    assert sizes[2] > sizes[1] and sizes[3] > sizes[2]  # new rooms, then a pattern automaton
+
+
 def test_per_lm_byte_tables_match_the_tokens():
     from potentials.lift import last_bytes, stop_tokens
 
