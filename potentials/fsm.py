@@ -841,6 +841,48 @@ class ByteDFA:
             state = None if t == DEAD else t
         return state
 
+    def char_table(self, state: int, cps: "np.ndarray", limit: int = 4096
+                   ) -> "tuple[np.ndarray, np.ndarray, int] | None":
+        """The automaton from byte state ``state`` over whole characters, as dense arrays:
+        (T, cls, dead) such that a text of code points p_1 .. p_n (each one of ``cps``) keeps
+        ``state`` alive iff
+
+            i_0 = 0,  i_k = T[i_{k-1}, cls[j_k]] != dead   for every k  (p_k = cps[j_k])
+
+        (dead absorbing). Only the states reachable from ``state`` on those characters' classes
+        are built. None when ``state`` stops inside a character or the table would need more
+        than ``limit`` transitions."""
+        import numpy as np
+
+        sid, part = self._bstates[state]
+        if part or sid == DEAD:
+            return None
+        idx = np.searchsorted(np.asarray(self._bounds), cps, side="right") - 1
+        classes = np.asarray(self._iv_class, dtype=np.int64)[idx]
+        used, cls = np.unique(classes, return_inverse=True)
+        if len(used) and used[0] < 0:  # a surrogate code point: not from UTF-8 text
+            return None
+        index, order, rows = {sid: 0}, [sid], []
+        while len(order) > len(rows):
+            if len(order) * len(used) > limit:
+                return None
+            row = []
+            for k in used.tolist():
+                t = self._cstep(order[len(rows)], k)
+                if t == DEAD or not self._live(t):
+                    row.append(-1)
+                    continue
+                if t not in index:
+                    index[t] = len(order)
+                    order.append(t)
+                row.append(index[t])
+            rows.append(row)
+        dead = len(order)
+        table = np.full((dead + 1, len(used)), dead, dtype=np.int32)
+        got = np.asarray(rows, dtype=np.int32).reshape(dead, len(used))
+        table[:dead] = np.where(got < 0, dead, got)
+        return table, cls.astype(np.int32).reshape(-1), dead
+
     def accepts(self, state: int) -> bool:
         """Do the bytes that led to ``state`` fully match?"""
         got = self._accept[state]

@@ -128,6 +128,39 @@ def plain_trie(lm: LMBackend, skip: set[int]) -> VocabTrie:
                    lambda: VocabTrie(lm.vocab, set(np.flatnonzero(~plain).tolist())))
 
 
+class CharTrie:
+    """The plain tokens' texts as a trie of characters, in arrays, level by level: node n > 0
+    holds one character (``cp[n]``, an index into ``cps``) below ``parent[n]`` (0: the root);
+    the nodes at depth d are ``levels[d-1]:levels[d]``; the text of token ``ids[i]`` ends at
+    node ``end[i]``. A walk of an automaton over all of them is then one array gather per
+    depth (``Lifted._automata_live``)."""
+
+    def __init__(self, vocab: Sequence[bytes], ids: Sequence[int]):
+        texts = {t: bytes(vocab[t]).decode("utf-8") for t in ids}
+        prefixes = {text[:d] for text in texts.values() for d in range(1, len(text) + 1)}
+        number: dict[str, int] = {"": 0}
+        parent, chars, self.levels = [0], [0], [1]
+        for text in sorted(prefixes, key=lambda x: (len(x), x)):
+            if len(text) > len(self.levels):  # the first node one level deeper
+                self.levels.append(len(parent))
+            number[text] = len(parent)
+            parent.append(number[text[:-1]])
+            chars.append(ord(text[-1]))
+        self.levels.append(len(parent))
+        self.parent = np.asarray(parent, dtype=np.int32)
+        self.cps, cp = np.unique(np.asarray(chars, dtype=np.int64), return_inverse=True)
+        self.cp = cp.reshape(-1)
+        self.ids = np.asarray(sorted(texts), dtype=np.int64)
+        self.end = np.asarray([number[texts[t]] for t in self.ids.tolist()], dtype=np.int64)
+
+
+def plain_char_trie(lm: LMBackend, skip: set[int]) -> CharTrie:
+    """The ``CharTrie`` of ``lm``'s plain-text tokens without the ``skip`` ids, once per LM."""
+    plain = plain_tokens(lm, skip)[0]
+    return _per_lm(lm, ("plain-chars", tuple(sorted(skip))),
+                   lambda: CharTrie(lm.vocab, np.flatnonzero(plain).tolist()))
+
+
 def stop_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, VocabTrie]:
     """(trie of the non-plain tokens with no byte of ``stop``, trie of those with one),
     ``skip`` ids excluded; built once per LM, skip set and stop bytes."""
@@ -478,15 +511,35 @@ class Lifted(Potential):
 
     def _automata_live(self, automata: Sequence[Sequence[tuple[Any, Any]]],
                        trie: VocabTrie) -> np.ndarray:
-        """Which tokens of ``trie`` are in L_k, from the automata of ``plain_text_automata``:
-        one walk of the trie per alternative, carrying the automata's states only."""
+        """Which tokens of ``trie`` (the plain ones) are in L_k, from the automata of
+        ``plain_text_automata``: an automaton with a ``char_table`` (``ByteDFA``) runs over
+        the plain tokens' character trie in array gathers, one per depth; any other, or a
+        table too large, walks the byte trie carrying the automata's states."""
         children, label, tokens = trie.children, trie.label, trie.tokens
         found: list[int] = []
         visited = 0
+        out = np.zeros(self.size, dtype=bool)
+        chars = plain_char_trie(self.lm, set(self._eos | self._blocked))
         for alt in automata:
             if not alt:  # no automaton: every plain token
                 for toks in tokens:
                     found.extend(toks)
+                continue
+            tables = [a.char_table(q, chars.cps) if hasattr(a, "char_table") else None
+                      for a, q in alt]
+            if all(t is not None for t in tables):
+                keep = np.ones(len(chars.ids), dtype=bool)
+                for table, cls, dead in tables:
+                    width, flat = table.shape[1], table.reshape(-1)
+                    node_cls = cls[chars.cp]
+                    state = np.zeros(len(chars.parent), dtype=np.int32)
+                    for lo, hi in zip(chars.levels, chars.levels[1:]):
+                        at = state[chars.parent[lo:hi]]
+                        at *= width
+                        at += node_cls[lo:hi]
+                        state[lo:hi] = flat[at]
+                    keep &= state[chars.end] != dead
+                out[chars.ids[keep]] = True
                 continue
             walks = [a.walk for a, _ in alt]
             stack = [(child, tuple(q for _, q in alt)) for child in children[0]]
@@ -508,7 +561,6 @@ class Lifted(Potential):
                 for child in children[node]:
                     stack.append((child, here))
         self.stats["trie_nodes_visited"] += visited
-        out = np.zeros(self.size, dtype=bool)
         out[found] = True
         return out
 

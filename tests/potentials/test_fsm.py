@@ -373,3 +373,44 @@ def test_lookarounds_only_on_request():
     with pytest.raises(UnsupportedRegex, match="lookaround"):
         compile_regex(r"(?<!x)a")
     assert compile_regex(r"(?<!x)a", lookaround=True).fullmatch(b"a")
+
+
+CHAR_TEXTS = ["", "a", "ab", "abc", "a/b", "/", "ab/cd", "é", "日本", "a😀", "A1_", "12-34", "x y",
+              "aaaa", "ZZ", "\u00df", "k\u212a", "a\nb", "ab/", "9"]
+
+
+@pytest.mark.parametrize("pattern, flags", [
+    (r"^[^/]+/[^/]+$", 0), (r"[a-z]+\d*", 0), (r"\bab\b.*", 0), (r"(?<=a)b|a", 0), (r"k+", re.I),
+    (r"[\w ]{1,3}", 0), (r"\d{2}-\d{2}", 0), (r".*(?<!b)", 0), (r"[^\W\d]+$", 0), (r"^$", re.M),
+])
+def test_char_table_agrees_with_the_byte_walk(pattern, flags):
+    """char_table: walking whole characters through the dense table keeps a text alive
+    exactly when the byte automaton's walk does, from the start and from later states."""
+    import numpy as np
+
+    dfa = compile_regex(pattern, flags, lookaround=True)
+    cps = np.asarray(sorted({ord(c) for t in CHAR_TEXTS for c in t} | {ord("q")}))
+    for head in ["", "a", "ab/", "é"]:
+        q = dfa.walk(dfa.start, head.encode())
+        if q is None:
+            continue
+        got = dfa.char_table(q, cps)
+        assert got is not None
+        table, cls, dead = got
+        where = {int(c): i for i, c in enumerate(cps)}
+        for text in CHAR_TEXTS:
+            i = 0
+            for c in text:
+                i = table[i, cls[where[ord(c)]]]
+            assert (i != dead) == (dfa.walk(q, text.encode()) is not None), (pattern, head, text)
+
+
+def test_char_table_declines_inside_a_character_and_past_its_limit():
+    import numpy as np
+
+    dfa = compile_regex(r"é{0,50}x")
+    inside = dfa.walk(dfa.start, "é".encode()[:1])
+    cps = np.asarray([ord("é"), ord("x")])
+    assert dfa.char_table(inside, cps) is None
+    assert dfa.char_table(dfa.start, cps, limit=20) is None
+    assert dfa.char_table(dfa.start, cps) is not None

@@ -178,6 +178,25 @@ def test_trie_holds_every_token_once():
     assert found == {t: v for t, v in enumerate(TOY_VOCAB) if t not in (EOS, EMPTY, CTL)}
 
 
+def test_char_trie_spells_every_plain_token_level_by_level():
+    from potentials.lift import CharTrie
+
+    vocab = [b"a", b"ab", "日本".encode(), "日".encode(), b"b", b"abc", b"x y"]
+    trie = CharTrie(vocab, [0, 1, 2, 3, 5, 6])
+    depth = np.zeros(len(trie.parent), dtype=int)
+    for d, (lo, hi) in enumerate(zip(trie.levels, trie.levels[1:]), start=1):
+        assert np.all(trie.parent[lo:hi] < lo)  # parents come from shallower levels
+        depth[lo:hi] = d
+    assert trie.levels[-1] == len(trie.parent)
+    for t, node in zip(trie.ids.tolist(), trie.end.tolist()):
+        text = ""
+        while node:
+            text = chr(trie.cps[trie.cp[node]]) + text
+            node = int(trie.parent[node])
+        assert text == vocab[t].decode()
+    assert sorted(trie.ids.tolist()) == [0, 1, 2, 3, 5, 6] and depth.max() == 3
+
+
 def _partial_char_tokens(vocab: list[bytes], k: int) -> list[int]:
     """Tokens whose bytes end inside a multi-byte character."""
     out = []
@@ -371,6 +390,43 @@ async def test_string_walks_are_shared_by_json_potentials_of_one_lm():
         sizes.append(len(lift._inner))
     assert sizes[1] == sizes[0]  # the object's string values: the array's walks, reused
     assert sizes[2] > sizes[1] and sizes[3] > sizes[2]  # new rooms, then a pattern automaton
+
+
+class _ByteWalkOnly:
+    """An automaton that offers only ``walk`` (no ``char_table``)."""
+
+    def __init__(self, dfa):
+        self.walk = dfa.walk
+
+
+@pytest.mark.parametrize("items", [
+    {"type": "string", "pattern": "^[ab]+/?[ab]*$"},
+    {"anyOf": [{"type": "string", "pattern": "^a+$"}, {"type": "string", "pattern": "^b/"}]},
+    {"allOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "^[^/]*$"}]},
+])
+async def test_pattern_strings_char_tables_agree_with_the_byte_walk(items):
+    """L_k of the plain tokens from the automata's char tables (alternatives or'ed, the
+    automata of one alternative and'ed) equals the byte-trie walk and the brute force."""
+    vocab = JSON_TOY_VOCAB + [b"ba", "日本".encode(), b"a\xc3\xa9b", b"//"]
+    eos = vocab.index(b"<eos>")
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    schema = {"type": "array", "items": items}
+    fast, slow = JSONSchema(schema), JSONSchema(schema)
+    slow.shares_text_keys = False  # its own caches: nothing computed by the fast one
+    slow.plain_text_automata = lambda key: [[(_ByteWalkOnly(d), q) for d, q in alt]
+                                            for alt in JSONSchema.plain_text_automata(slow, key)]
+    a, b = fast.lift(lm), slow.lift(lm)
+    keyed = 0
+    for text in ['["', '["a', '["ab', '["b', '["b/', '["a/"', '["aé']:
+        state = fast.state_of(text.encode())
+        if state is None:
+            continue
+        keyed += fast.plain_text_key(state) is not None
+        ctx = tuple(lm.encode(text))
+        want = await brute_force(fast, vocab, {eos}, set(), text.encode())
+        np.testing.assert_array_equal(await a.logw_next(ctx), want, err_msg=text)
+        np.testing.assert_array_equal(await b.logw_next(ctx), want, err_msg=text)
+    assert keyed >= 2
 
 
 def test_per_lm_byte_tables_match_the_tokens():
