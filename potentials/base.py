@@ -203,6 +203,17 @@ class BytePotential(Potential, Generic[S]):
         """
         return None
 
+    def alternatives(self, state: S) -> Sequence[S] | None:
+        """None, or states s_1 .. s_m whose futures together are this state's: for every byte
+        string w, advance(state, w) is not None iff advance(s_i, w) is not None for some i.
+
+        Lifting then takes a Boolean potential's mask as the union of the alternatives' masks,
+        each through its own shortcuts (``plain_text_budget``, ``plain_text_key``) and its own
+        ``mask_key``: a JSON string that may be an enum value or free text is two cheap masks,
+        not one walk of the whole vocabulary. Default: None.
+        """
+        return None
+
     def plain_text_budget(self, state: S) -> float | None:
         """None, or B >= 0 (inf allowed) such that for every *plain text* w -- complete UTF-8
         characters, none of them a control character, '"' or '\\' (``is_plain_text``) --

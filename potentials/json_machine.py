@@ -205,6 +205,10 @@ class Machine:
         return out
 
     @staticmethod
+    def all_in_strings(configs: frozenset) -> bool:
+        return all(node.frame[0] == STR for node in configs)
+
+    @staticmethod
     def pending(configs: frozenset) -> bool:
         """Does ``settle`` have work in ``configs`` (an opening to stamp, a CHECK to decide)?"""
         for node in configs:

@@ -301,6 +301,15 @@ class JSONSchema(BytePotential[JSONState]):
             got = self._next[configs] = self.machine.next_bytes(configs)
         return got
 
+    def alternatives(self, state: JSONState) -> list[JSONState] | None:
+        """One state per configuration when there are several and each is inside a string
+        (where each may take a shortcut of its own); the configurations step independently."""
+        configs = state.configs
+        if len(configs) < 2 or not self.machine.all_in_strings(configs):
+            return None
+        return [JSONState(self._canon.setdefault(one, one), state.chunks, state.size)
+                for one in (frozenset((c,)) for c in configs)]
+
     def plain_text_budget(self, state: JSONState) -> float | None:
         return self.machine.plain_text_budget(state.configs)
 

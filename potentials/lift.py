@@ -374,21 +374,7 @@ class Lifted(Potential):
             return out
         done = await self.potential.state_complete(state) - base
         if self.potential.boolean:
-            key = self.potential.mask_key(state)
-            mask = None if key is None else self._masks.get(key)
-            if mask is None:
-                mask = await self._mask(state)
-                if key is not None:
-                    self._masks[key] = mask
-                    allowed = np.flatnonzero(mask)
-                    if len(allowed) <= self.support_limit:
-                        self._supports[key] = (allowed, np.union1d(allowed, self.eos_ids))
-                    if len(self._masks) > self.mask_cache_size:
-                        self._supports.pop(self._masks.popitem(last=False)[0], None)
-            else:
-                self._masks.move_to_end(key)
-                self.stats["mask_cache_hits"] += 1
-            out[mask] = 0.0
+            out[await self._cached_mask(state)] = 0.0
         else:
             out = await self._walk(state, base, self._full_trie())
         for e in self.eos_ids:
@@ -474,8 +460,33 @@ class Lifted(Potential):
                 keep.extend(toks)
         return np.asarray(sorted(keep), dtype=np.int64)
 
+    async def _cached_mask(self, state: Any) -> np.ndarray:
+        """``_mask(state)``, kept per ``mask_key`` (with the allowed ids of small masks)."""
+        key = self.potential.mask_key(state)
+        mask = None if key is None else self._masks.get(key)
+        if mask is not None:
+            self._masks.move_to_end(key)
+            self.stats["mask_cache_hits"] += 1
+            return mask
+        mask = await self._mask(state)
+        if key is not None:
+            self._masks[key] = mask
+            allowed = np.flatnonzero(mask)
+            if len(allowed) <= self.support_limit:
+                self._supports[key] = (allowed, np.union1d(allowed, self.eos_ids))
+            if len(self._masks) > self.mask_cache_size:
+                self._supports.pop(self._masks.popitem(last=False)[0], None)
+        return mask
+
     async def _mask(self, state: Any) -> np.ndarray:
-        """Boolean potentials: which non-EOS tokens keep the byte state alive."""
+        """Boolean potentials: which non-EOS tokens keep the byte state alive (the union of
+        its ``alternatives``' masks where it has some)."""
+        parts = self.potential.alternatives(state)
+        if parts:
+            mask = np.zeros(self.size, dtype=bool)
+            for part in parts:
+                mask |= await self._cached_mask(part)
+            return mask
         budget = self.potential.plain_text_budget(state)
         key = None
         if budget is None:
@@ -604,10 +615,15 @@ class Lifted(Potential):
                 for child in children[node]:
                     push((child, here))
                 return
-            for b in allowed:
-                child = kids.get(b)
-                if child is not None:
-                    push((child, here))
+            if len(allowed) < len(kids):
+                for b in allowed:
+                    child = kids.get(b)
+                    if child is not None:
+                        push((child, here))
+            else:
+                for b, child in kids.items():
+                    if b in allowed:
+                        push((child, here))
 
         descend(0, state)
         visited = 0

@@ -23,8 +23,8 @@ must be shared by two contexts) and ``PlainTextBudgetContract`` (a ``plain_text_
 means plain text w stays alive iff it has at most B characters; some context must have one);
 ``PlainTextKeyContract``, ``InnerTextKeyContract`` and ``CompleteKeyContract`` check
 ``plain_text_key``, ``inner_text_key`` and ``complete_key`` the same way (some key must be
-shared by two contexts). A byte potential's ``final_bytes`` and ``next_bytes`` are checked by
-the base contract.
+shared by two contexts). A byte potential's ``final_bytes``, ``next_bytes`` and
+``alternatives`` are checked by the base contract.
 """
 
 from __future__ import annotations
@@ -162,6 +162,21 @@ class PotentialContract:
             for b in range(256):
                 if pot.advance(state, bytes((b,))) is not None:
                     assert b in allowed, (ctx, b, sorted(allowed))
+
+    def test_alternatives_share_the_future(self):
+        """A byte potential's ``alternatives``, where given: a continuation (every byte, and
+        longer probes) keeps the state alive iff it keeps some alternative alive."""
+        pot = self.potential()
+        if not isinstance(pot, BytePotential):
+            return
+        for ctx in self.contexts():
+            state = pot.state_of(ctx)
+            parts = None if state is None else pot.alternatives(state)
+            if not parts:
+                continue
+            for w in OTHER_PROBES + PLAIN_PROBES:
+                alive = pot.advance(state, w) is not None
+                assert alive == any(pot.advance(p, w) is not None for p in parts), (ctx, w)
 
     @_sync
     async def test_batch_methods_match_single(self):

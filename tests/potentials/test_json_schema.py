@@ -88,6 +88,25 @@ class TestPatternContract(Contract, MaskKeyContract, PlainTextKeyContract, Inner
     texts = ['"abca"', '"a"', '"abd"', '"\\u0061b"']
 
 
+ENUM_OR_TEXT = {"anyOf": [{"enum": ["red", "green", "gré"]}, {"type": "string", "pattern": "^g"},
+                          {"type": "string", "maxLength": 3}]}
+
+
+class TestEnumOrTextContract(Contract, MaskKeyContract):
+    """String states with several configurations (enum literals, a pattern, free text): the
+    contract checks their ``alternatives``."""
+
+    schema = ENUM_OR_TEXT
+    texts = ['"green"', '"gr"', '"gré"', '"grx"', '"r"', '"blue"', '"\\u0067r"']
+
+    def test_alternatives_are_given_in_strings(self):
+        pot = self.potential()
+        parts = pot.alternatives(pot.state_of(b'"gr'))
+        assert parts is not None and len(parts) == 3
+        assert pot.alternatives(pot.state_of(b'"')) is not None
+        assert pot.alternatives(pot.initial()) is None
+
+
 class TestUnionContract(Contract, MaskKeyContract, PlainTextBudgetContract, InnerTextKeyContract):
     schema = UNION
     texts = ['"ab"', '"abc"', '"é"', "12", "1.5", "null", "true"]

@@ -262,6 +262,15 @@ async def test_embedded_vocabulary_json_masks_agree_with_brute_force(embedded_lm
         np.testing.assert_array_equal(got, want, err_msg=text)
     # the name's string states took the shortcut: tokens longer than the room left are dead
     assert byte_pot.plain_text_budget(byte_pot.state_of(b'{"name": "abcd')) == 1
+    # a string that may be an enum value, a pattern's or free text: the union of three masks
+    byte_pot = JSONSchema({"anyOf": [{"enum": ["red", "green"]}, {"type": "string", "pattern": "^g"},
+                                     {"type": "string", "maxLength": 4}]})
+    lifted = byte_pot.lift(lm)
+    for text in ['"', '"gr']:
+        ctx = tuple(lm.encode(text))
+        assert byte_pot.alternatives(byte_pot.state_of(text.encode())) is not None
+        want = await brute_force(byte_pot, lm.vocab, eos, special, text.encode())
+        np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
 
 
 # every single byte, a space before each of 20 characters (a node with many children) and
@@ -427,6 +436,28 @@ async def test_pattern_strings_char_tables_agree_with_the_byte_walk(items):
         np.testing.assert_array_equal(await a.logw_next(ctx), want, err_msg=text)
         np.testing.assert_array_equal(await b.logw_next(ctx), want, err_msg=text)
     assert keyed >= 2
+
+
+async def test_string_alternatives_masks_are_the_union():
+    """A string state with several configurations (enum literals, a pattern, free text up to
+    a length) is masked as the union of one mask per configuration: equal to the brute force."""
+    vocab = JSON_TOY_VOCAB + [b"r", b"g", b"gr", b"re", b"een", b"ed", b"d", b"e"]
+    eos = vocab.index(b"<eos>")
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    byte_pot = JSONSchema({"type": "array", "items": {"anyOf": [
+        {"enum": ["red", "green"]}, {"type": "string", "pattern": "^g"},
+        {"type": "string", "maxLength": 3}]}})
+    lifted = byte_pot.lift(lm)
+    split = 0
+    for text in ['["', '["g', '["gr', '["gre', '["r', '["re', '["red', '["red","', '["a']:
+        state = byte_pot.state_of(text.encode())
+        if state is None:
+            continue
+        split += byte_pot.alternatives(state) is not None
+        ctx = tuple(lm.encode(text))
+        want = await brute_force(byte_pot, vocab, {eos}, set(), text.encode())
+        np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
+    assert split >= 5
 
 
 def test_per_lm_byte_tables_match_the_tokens():
