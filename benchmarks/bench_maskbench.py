@@ -146,10 +146,12 @@ def worker(conn, mask_every: int) -> None:
     from potentials.lift import Lifted
 
     lm = TokenizerOnly()
-    # the vocabulary tries and plain-token tables, shared by every lifted potential
+    # the vocabulary tries and plain-token tables, shared by every lifted potential (a string
+    # with a pattern builds the plain tokens' byte and character tries)
     warm = Lifted(JSONSchema(True), lm)
     asyncio.run(warm.logw_next(()))
     asyncio.run(warm.logw_next(tuple(lm.encode('"a'))))
+    asyncio.run(Lifted(JSONSchema({"pattern": "^a"}), lm).logw_next(tuple(lm.encode('"'))))
     conn.send("ready")
     while True:
         path = conn.recv()

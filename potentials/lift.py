@@ -255,6 +255,7 @@ class Lifted(Potential):
         # context tuple (move_to_end would hash it again)
         self._states: dict[tuple[int, ...], Any] = {}
         self._trie: VocabTrie | None = None
+        self._tables: dict[tuple, Any] = {}
         self._plain: tuple[np.ndarray, np.ndarray, VocabTrie] | None = None
         # a Boolean potential's next-token mask depends on its state's mask_key only (a regex's
         # DFA state, a JSON recognizer's configurations): one mask per key, shared by particles
@@ -479,23 +480,26 @@ class Lifted(Potential):
         return mask
 
     async def _mask(self, state: Any) -> np.ndarray:
-        """Boolean potentials: which non-EOS tokens keep the byte state alive (the union of
-        its ``alternatives``' masks where it has some)."""
-        parts = self.potential.alternatives(state)
-        if parts:
-            mask = np.zeros(self.size, dtype=bool)
-            for part in parts:
-                mask |= await self._cached_mask(part)
-            return mask
-        budget = self.potential.plain_text_budget(state)
+        """Boolean potentials: which non-EOS tokens keep the byte state alive. Without a
+        plain-text shortcut of its own, a state whose ``alternatives`` have one is the union
+        of their masks; else the whole trie is walked."""
+        pot = self.potential
+        budget = pot.plain_text_budget(state)
         key = None
         if budget is None:
-            split = self.potential.plain_text_key(state)
+            split = pot.plain_text_key(state)
             if split is None:
+                parts = pot.alternatives(state)
+                if parts and any(pot.plain_text_budget(p) is not None
+                                 or pot.plain_text_key(p) is not None for p in parts):
+                    mask = np.zeros(self.size, dtype=bool)
+                    for part in parts:
+                        mask |= await self._cached_mask(part)
+                    return mask
                 return np.isfinite(await self._walk(state, 0.0, self._full_trie()))
             key, budget = split
         if self._plain is None:
-            self._plain = plain_tokens(self.lm, set(self._eos | self._blocked))
+            self._plain = self._lm_table(plain_tokens)
         plain, chars, others = self._plain
         mask = await self._others_mask(state, others)
         if key is None:
@@ -505,7 +509,7 @@ class Lifted(Potential):
         if got is None or got[1] < budget:
             # L_k on the plain tokens of at most `budget` characters (all of them when no plain
             # token is longer): valid for every later state of key k with a budget <= this one
-            trie = plain_trie(self.lm, set(self._eos | self._blocked))
+            trie = self._lm_table(plain_trie)
             automata = self.potential.plain_text_automata(key)
             if automata is not None:  # L_k for every plain token, whatever its length
                 got = (self._automata_live(automata, trie), math.inf)
@@ -530,7 +534,7 @@ class Lifted(Potential):
         found: list[int] = []
         visited = 0
         out = np.zeros(self.size, dtype=bool)
-        chars = plain_char_trie(self.lm, set(self._eos | self._blocked))
+        chars = self._lm_table(plain_char_trie)
         for alt in automata:
             if not alt:  # no automaton: every plain token
                 for toks in tokens:
@@ -583,7 +587,7 @@ class Lifted(Potential):
         if inner is None:
             return np.isfinite(await self._walk(state, 0.0, others))
         key, stop = inner
-        free, stopped = stop_tries(self.lm, set(self._eos | self._blocked), stop)
+        free, stopped = self._lm_table(stop_tries, stop)
         mask = np.isfinite(await self._walk(state, 0.0, stopped))
         alive = self._inner.get(key)
         if alive is None:
@@ -595,9 +599,18 @@ class Lifted(Potential):
         mask[alive] = True
         return mask
 
+    def _lm_table(self, build: Callable[..., Any], *args: Any) -> Any:
+        """``build(lm, skipped ids, *args)``: a per-LM table (built once per LM), looked up
+        once per potential (the per-LM key sorts the skipped ids)."""
+        key = (build, *args)
+        got = self._tables.get(key)
+        if got is None:
+            got = self._tables[key] = build(self.lm, set(self._eos | self._blocked), *args)
+        return got
+
     def _full_trie(self) -> VocabTrie:
         if self._trie is None:
-            self._trie = vocab_trie(self.lm, set(self._eos | self._blocked))
+            self._trie = self._lm_table(vocab_trie)
         return self._trie
 
     def _live_nodes(self, state: Any, trie: VocabTrie) -> Iterator[tuple[tuple[int, ...], Any]]:
