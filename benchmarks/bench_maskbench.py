@@ -4,7 +4,8 @@ For every schema file {"schema", "tests": [{"valid", "data"}]} of the corpus: co
 JSONSchema(schema, whitespace="flexible") lifted to the embedded model's tokenizer; for every
 test, x = json.dumps(data, ensure_ascii=False) is tokenized and forced token by token
 (logw_subset of the one forced token: the "check" time), with the full next-token mask
-(logw_next: the "mask" time) taken before every --mask-every-th token; then EOS (complete).
+(logw_next: the "mask" time) taken before every --mask-every-th token, where the mask's entry
+for the forced token must agree with the check (counted); then EOS (complete).
 Times are the worker thread's CPU time (time.thread_time), which a machine shared with other
 jobs inflates far less than wall-clock time; the mask's wall-clock time is reported beside it.
 The first mask of a worker builds the vocabulary tables shared by all schemas (seconds); the
@@ -99,7 +100,7 @@ def run_schema(lm: TokenizerOnly, path: Path, mask_every: int) -> dict:
 
     doc = json.loads(path.read_text(encoding="utf-8"))
     out: dict = {"name": path.name, "split": split_of(path.name), "tests": [],
-                 "check_us": [], "mask_us": [], "mask_wall_us": []}
+                 "check_us": [], "mask_us": [], "mask_wall_us": [], "mask_vs_check": 0}
     t0 = time.perf_counter()
     try:
         pot = JSONSchema(doc["schema"], whitespace="flexible")
@@ -112,14 +113,17 @@ def run_schema(lm: TokenizerOnly, path: Path, mask_every: int) -> dict:
     async def force(ids: list[int]) -> tuple[int | None, bool]:
         for i, t in enumerate(ids):
             ctx = tuple(ids[:i])
+            row = None
             if mask_every and i % mask_every == 0:
                 s, c = time.perf_counter(), time.thread_time()
-                await lifted.logw_next(ctx)
+                row = await lifted.logw_next(ctx)
                 out["mask_us"].append((time.thread_time() - c) * 1e6)
                 out["mask_wall_us"].append((time.perf_counter() - s) * 1e6)
             c = time.thread_time()
             w = (await lifted.logw_subset(ctx, [t]))[0]
             out["check_us"].append((time.thread_time() - c) * 1e6)
+            if row is not None and (row[t] == -np.inf) != (w == -np.inf):
+                out["mask_vs_check"] += 1  # the mask and the check disagree on this token
             if w == -np.inf:
                 return i, False
         return None, (await lifted.complete(tuple(ids))) == 0.0
@@ -254,6 +258,9 @@ def summarize(results: list[dict]) -> str:
     lines = ["  ".join(str(x).rjust(w) for x, w in zip(row, widths)) for row in [head, *rows]]
     check = np.concatenate([r["check_us"] for r in results] + [np.zeros(0)])
     mask = np.concatenate([r["mask_us"] for r in results] + [np.zeros(0)])
+    if len(mask):
+        lines.append(f"masks disagreeing with the single-token check of the forced token: "
+                     f"{sum(r.get('mask_vs_check', 0) for r in results)} of {len(mask)}")
     wall = np.concatenate([r.get("mask_wall_us", []) for r in results] + [np.zeros(0)])
     for name, xs in (("single-token check (CPU time)", check),
                      ("full next-token mask (CPU time)", mask),
