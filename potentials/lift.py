@@ -21,7 +21,11 @@ liveness L_k is walked once per key and kept (for the largest budget seen), and 
 that cached set cut to at most B characters plus the walk of the few others. With an
 ``inner_text_key`` (k, stop) too (inside any JSON string), those others that have no stop byte
 (partial characters, escapes, control bytes) are also walked once per key, so a mask there
-walks only the tokens with a quote. Masks of at most
+walks only the tokens with a quote. Where the potential gives ``next_bytes``, trie nodes with
+many children are descended only through the bytes it allows; where ``plain_text_automata``
+gives L_k as automata with character tables, L_k is computed over a character trie of the plain
+tokens in array operations; a state with none of these shortcuts whose ``alternatives`` have
+some is masked as the union of their masks. Masks of at most
 ``support_limit`` allowed tokens also keep their token ids (``known_support``), so a sampler at
 such a state needs no checks.
 """
