@@ -247,13 +247,14 @@ class Lifted(Potential):
         if cache_size < 1:
             raise ValueError(f"cache_size must be positive, got {cache_size}")
         self.potential, self.lm = potential, lm
-        self.vocab: list[bytes] = [bytes(v) for v in lm.vocab]
+        # per LM, not per potential: ~25 ms at a 128k vocabulary, for every constraint lifted
+        vocab = self.vocab = _per_lm(lm, ("bytes",), lambda: [bytes(v) for v in lm.vocab])
         self.size = len(self.vocab)
         self.eos_ids = tuple(int(i) for i in lm.eos_token_ids)
         self._eos = frozenset(self.eos_ids)
         special = {int(i) for i in getattr(lm, "special_token_ids", ())}
-        self._blocked = frozenset((special | {i for i, v in enumerate(self.vocab) if not v})
-                                  - self._eos)
+        empty = _per_lm(lm, ("empty",), lambda: frozenset(i for i, v in enumerate(vocab) if not v))
+        self._blocked = frozenset((special | empty) - self._eos)
         self._cache_size = cache_size
         # oldest-first eviction without reordering on hits: a hit then costs one hash of the
         # context tuple (move_to_end would hash it again)
