@@ -271,12 +271,7 @@ class JSONSchema(BytePotential[JSONState]):
 
     def _open_start(self, configs: frozenset) -> int | None:
         """The smallest offset at which a checked container still open in ``configs`` starts."""
-        got = self._starts.get(configs, self)
-        if got is self:
-            if len(self._starts) > MEMO_LIMIT:
-                self._starts.clear()
-            got = self._starts[configs] = self.machine.open_start(configs)
-        return got
+        return _remembered(self._starts, configs, self.machine.open_start)
 
     def final_bytes(self) -> bytes:
         """The last byte of each kind of root value the schema lets start (a value's first
@@ -293,13 +288,7 @@ class JSONSchema(BytePotential[JSONState]):
         return self._final
 
     def next_bytes(self, state: JSONState) -> frozenset | None:
-        configs = state.configs
-        got = self._next.get(configs, self)
-        if got is self:
-            if len(self._next) > MEMO_LIMIT:
-                self._next.clear()
-            got = self._next[configs] = self.machine.next_bytes(configs)
-        return got
+        return _remembered(self._next, state.configs, self.machine.next_bytes)
 
     def alternatives(self, state: JSONState) -> list[JSONState] | None:
         """One state per configuration when there are several and each is inside a string
@@ -353,6 +342,16 @@ class JSONSchema(BytePotential[JSONState]):
         except ValueError:
             return False
         return True
+
+
+def _remembered(table: dict, configs: frozenset, compute: Any) -> Any:
+    """``compute(configs)``, kept in ``table`` (cleared once past MEMO_LIMIT entries)."""
+    got = table.get(configs, table)
+    if got is table:
+        if len(table) > MEMO_LIMIT:
+            table.clear()
+        got = table[configs] = compute(configs)
+    return got
 
 
 def _clip(data: bytes, limit: int = 80) -> str:

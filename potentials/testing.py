@@ -147,17 +147,25 @@ class PotentialContract:
                 if text and await pot.complete(text) > NEG_INF:
                     assert text[-1] in final, (text, final)
 
+    def _byte_claims(self, hook: str) -> tuple[Any, list[tuple[Any, Any, Any]]]:
+        """(the potential, [(context, its state, hook(state))] wherever a byte potential's
+        ``hook`` answers for a live context)."""
+        pot = self.potential()
+        if not isinstance(pot, BytePotential):
+            return pot, []
+        claims = []
+        for ctx in self.contexts():
+            state = pot.state_of(ctx)
+            claim = None if state is None else getattr(pot, hook)(state)
+            if claim is not None:
+                claims.append((ctx, state, claim))
+        return pot, claims
+
     def test_next_bytes_hold_every_live_byte(self):
         """A byte potential's ``next_bytes``, where not None, holds every byte b after which
         the state of each (live) context stays alive."""
-        pot = self.potential()
-        if not isinstance(pot, BytePotential):
-            return
-        for ctx in self.contexts():
-            state = pot.state_of(ctx)
-            allowed = None if state is None else pot.next_bytes(state)
-            if allowed is None:
-                continue
+        pot, claims = self._byte_claims("next_bytes")
+        for ctx, state, allowed in claims:
             allowed = set(allowed)
             for b in range(256):
                 if pot.advance(state, bytes((b,))) is not None:
@@ -166,14 +174,8 @@ class PotentialContract:
     def test_alternatives_share_the_future(self):
         """A byte potential's ``alternatives``, where given: a continuation (every byte, and
         longer probes) keeps the state alive iff it keeps some alternative alive."""
-        pot = self.potential()
-        if not isinstance(pot, BytePotential):
-            return
-        for ctx in self.contexts():
-            state = pot.state_of(ctx)
-            parts = None if state is None else pot.alternatives(state)
-            if not parts:
-                continue
+        pot, claims = self._byte_claims("alternatives")
+        for ctx, state, parts in claims:
             for w in OTHER_PROBES + PLAIN_PROBES:
                 alive = pot.advance(state, w) is not None
                 assert alive == any(pot.advance(p, w) is not None for p in parts), (ctx, w)
