@@ -62,6 +62,7 @@ _ESC_NEXT = frozenset(SIMPLE_ESCAPES) | frozenset(b"u")
 _HEX_NEXT = frozenset(HEX)
 # inside free string text: the quote, a backslash, printable ASCII, UTF-8 lead bytes
 _FREE_NEXT = frozenset(range(0x20, 0x80)) | frozenset(range(0xC2, 0xF5))
+_QUOTE_OR_ESCAPE = frozenset(b'"\\')
 
 
 class Stack:
@@ -116,6 +117,7 @@ class Machine:
         self.root = root_alternatives
         self.ws_limit = ws_limit
         self._lits: dict = {}
+        self._dfa_live: dict = {}
 
     def initial(self) -> frozenset:
         return frozenset({Stack((TOP, 0, 0), None)}) if self.root else frozenset()
@@ -177,8 +179,7 @@ class Machine:
             parts.append((facts.dfas, f[5], facts.max_len - f[4]))
         return frozenset(parts) if parts else None
 
-    @staticmethod
-    def next_bytes(configs: frozenset) -> frozenset | None:
+    def next_bytes(self, configs: frozenset) -> frozenset | None:
         """A superset of the bytes b with ``step(configs, b)`` non-empty, read off the top
         frames (``BytePotential.next_bytes``); None under an unsettled CHECK frame."""
         out: frozenset = frozenset()
@@ -197,12 +198,26 @@ class Machine:
                 got = WS | _VALUE if f[1] == 0 else WS if f[1] == 2 else None
             elif tag == STR:
                 got = _string_next(f)
+                if got is _FREE_NEXT and f[5]:
+                    # a character's first byte goes through the pattern automata too
+                    for d, q in zip(f[1].string.dfas, f[5]):
+                        got = got & self._dfa_bytes(d, q)
+                    got = got | _QUOTE_OR_ESCAPE
             else:
                 got = None
             if got is None:
                 return None
             out = out | got
         return out
+
+    def _dfa_bytes(self, dfa: Any, q: int) -> frozenset:
+        """The bytes that keep automaton ``dfa`` in state ``q`` alive, computed once."""
+        got = self._dfa_live.get((dfa, q))
+        if got is None:
+            if len(self._dfa_live) > 100_000:
+                self._dfa_live.clear()
+            got = self._dfa_live[(dfa, q)] = frozenset(dfa.next_bytes(q))
+        return got
 
     @staticmethod
     def all_in_strings(configs: frozenset) -> bool:

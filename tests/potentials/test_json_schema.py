@@ -363,3 +363,13 @@ def test_next_bytes_inside_literals_escapes_and_numbers(schema, text):
     live = {b for b in range(256) if pot.advance(state, bytes((b,))) is not None}
     assert allowed is not None, text
     assert live and live <= set(allowed), (text, live - set(allowed))
+
+
+def test_next_bytes_inside_a_pattern_string_follow_its_automaton():
+    """In a string with a pattern, a character's first byte must keep the automaton alive:
+    next_bytes is the automaton's live bytes plus the quote and the backslash."""
+    pot = JSONSchema({"type": "string", "pattern": "^[0-9]+$"})
+    state = pot.state_of(b'"12')
+    allowed = set(pot.next_bytes(state))
+    live = {b for b in range(256) if pot.advance(state, bytes((b,))) is not None}
+    assert live <= allowed and allowed == set(b'0123456789"\\')
