@@ -902,8 +902,20 @@ class ByteDFA:
         return not self.live(self.start)
 
     def next_bytes(self, state: int) -> list[int]:
-        """Bytes that keep ``state`` alive."""
-        return [b for b in range(256) if self.step(state, b) is not None]
+        """Bytes that keep ``state`` alive (ASCII bytes decided once per character class)."""
+        sid, part = self._bstates[state]
+        if part:
+            return [b for b in range(256) if self.step(state, b) is not None]
+        by_class: dict[int, bool] = {}
+        out = []
+        for b in range(128):
+            k = self._ascii_class[b]
+            alive = by_class.get(k)
+            if alive is None:
+                alive = by_class[k] = self.step(state, b) is not None
+            if alive:
+                out.append(b)
+        return out + [b for b in range(0xC2, 0xF5) if self.step(state, b) is not None]
 
     def fullmatch(self, data: bytes) -> bool:
         q = self.walk(self.start, data)

@@ -414,3 +414,17 @@ def test_char_table_declines_inside_a_character_and_past_its_limit():
     assert dfa.char_table(inside, cps) is None
     assert dfa.char_table(dfa.start, cps, limit=20) is None
     assert dfa.char_table(dfa.start, cps) is not None
+
+
+@pytest.mark.parametrize("pattern, flags", [
+    (r"[a-z]+\d*", 0), (r"\bab\b.*", 0), (r"(?<=a)b|a", 0), (r"k+", re.I), (r".{2}é", 0),
+    (r"[^\W\d]+$", 0), (r"^$", re.M), (r"(?s).*", 0), (r"[\x80-\uffff]x", 0),
+])
+def test_next_bytes_is_every_byte_that_steps(pattern, flags):
+    dfa = compile_regex(pattern, flags, lookaround=True)
+    for head in [b"", b"a", b"ab", "é".encode()[:1], "é".encode(), b"k"]:
+        q = dfa.walk(dfa.start, head)
+        if q is None:
+            continue
+        want = [b for b in range(256) if dfa.step(q, b) is not None]
+        assert dfa.next_bytes(q) == want, (pattern, head)
