@@ -226,10 +226,11 @@ class BytePotential(Potential, Generic[S]):
         return None
 
     def plain_text_key(self, state: S) -> tuple[Hashable, float] | None:
-        """None, or (k, B) with B >= 0 (inf allowed) such that for every plain text w
-        (``is_plain_text``): advance(state, w) is not None iff w has at most B characters and
-        L_k(w), where the predicate L_k depends on the key k only (states with equal keys agree
-        on it). ``plain_text_budget`` is the case L_k = True.
+        """None, or (k, B) with B >= 0 (inf allowed) such that for every raw text w
+        (``is_raw_text``; plain text among it): advance(state, w) is not None iff w begins at
+        most B characters (``chars_begun``) and L_k(w), where the predicate L_k depends on the
+        key k only (states with equal keys agree on it). ``plain_text_budget`` is the case
+        L_k = True, for plain text.
 
         Inside a string with a ``pattern`` (L_k: the pattern's automaton, in state k, survives
         w) lifting then computes the plain tokens' L_k once per key and reuses it, whatever
@@ -292,6 +293,36 @@ class BytePotential(Potential, Generic[S]):
         from potentials.lift import Lifted
 
         return Lifted(self, lm)
+
+
+def is_raw_text(data: bytes) -> bool:
+    """Raw text: non-empty well-formed UTF-8 that may stop inside its last character, with no
+    control byte (< 0x20), '"' or '\\'; plain text (``is_plain_text``) is raw text of whole
+    characters."""
+    if not data or b'"' in data or b"\\" in data or min(data) < 0x20:
+        return False
+    need, lo, hi = 0, 0x80, 0xBF
+    for b in data:  # the well-formed sequences of Unicode's table 3-7
+        if need:
+            if not lo <= b <= hi:
+                return False
+            need, lo, hi = need - 1, 0x80, 0xBF
+        elif b < 0x80:
+            continue
+        elif 0xC2 <= b <= 0xDF:
+            need = 1
+        elif 0xE0 <= b <= 0xEF:
+            need, lo, hi = 2, 0xA0 if b == 0xE0 else 0x80, 0x9F if b == 0xED else 0xBF
+        elif 0xF0 <= b <= 0xF4:
+            need, lo, hi = 3, 0x90 if b == 0xF0 else 0x80, 0x8F if b == 0xF4 else 0xBF
+        else:
+            return False
+    return True
+
+
+def chars_begun(data: bytes) -> int:
+    """How many characters the UTF-8 bytes ``data`` begin (ASCII bytes and lead bytes)."""
+    return sum(1 for b in data if b < 0x80 or b >= 0xC0)
 
 
 def is_plain_text(data: bytes) -> bool:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text
+from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text, is_raw_text
 
 if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
     from smc.backends.base import LMBackend
@@ -163,6 +163,33 @@ def plain_char_trie(lm: LMBackend, skip: set[int]) -> CharTrie:
     plain = plain_tokens(lm, skip)[0]
     return _per_lm(lm, ("plain-chars", tuple(sorted(skip))),
                    lambda: CharTrie(lm.vocab, np.flatnonzero(plain).tolist()))
+
+
+def raw_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, VocabTrie]:
+    """The non-plain tokens with no byte of ``stop`` (``stop_tries``' first trie) split in
+    two tries: the raw ones (``is_raw_text``) and the rest; built once per LM."""
+
+    def build() -> tuple[VocabTrie, VocabTrie]:
+        plain = plain_tokens(lm, skip)[0]
+        stopped = stop_tokens(lm, stop)
+        free = set(np.flatnonzero(~plain & ~stopped).tolist()) - set(skip)
+        raw = {t for t in free if is_raw_text(bytes(lm.vocab[t]))}
+        everything = set(range(len(lm.vocab)))
+        return (VocabTrie(lm.vocab, everything - raw), VocabTrie(lm.vocab, everything - (free - raw)))
+
+    return _per_lm(lm, ("raw", tuple(sorted(skip)), bytes(stop)), build)
+
+
+def begun_chars(lm: LMBackend, skip: set[int]) -> np.ndarray:
+    """Each token's ``chars_begun`` (ASCII and UTF-8 lead bytes), vectorized, once per LM."""
+
+    def build() -> np.ndarray:
+        buf, lens = _flat(lm)
+        owner = np.repeat(np.arange(len(lens)), lens)
+        starts = (buf < 0x80) | (buf >= 0xC0)
+        return np.bincount(owner[starts], minlength=len(lens))
+
+    return _per_lm(lm, ("begun",), build)
 
 
 def stop_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, VocabTrie]:
@@ -529,25 +556,44 @@ class Lifted(Potential):
         mask |= got[0] & (chars <= budget)
         return mask
 
+    async def _inner_live(self, state: Any, stop: bytes, free: VocabTrie) -> np.ndarray:
+        """Which tokens of ``free`` (not plain, no stop byte) keep ``state`` alive. With
+        ``plain_text_automata`` for the state's plain key, the raw ones (``is_raw_text``:
+        characters cut at the token's end, most of them) are L_k through the automata and
+        begin at most B characters; the others (escapes, control bytes) are walked."""
+        pot = self.potential
+        split = pot.plain_text_key(state)
+        automata = None if split is None else pot.plain_text_automata(split[0])
+        if automata is None:
+            return np.isfinite(await self._walk(state, 0.0, free))
+        raw, rest = self._lm_table(raw_tries, stop)
+        live = self._automata_live(automata, raw, chars=False)
+        live &= self._lm_table(begun_chars) <= split[1]
+        live |= np.isfinite(await self._walk(state, 0.0, rest))
+        return live
+
     def _automata_live(self, automata: Sequence[Sequence[tuple[Any, Any]]],
-                       trie: VocabTrie) -> np.ndarray:
-        """Which tokens of ``trie`` (the plain ones) are in L_k, from the automata of
-        ``plain_text_automata``: an automaton with a ``char_table`` (``ByteDFA``) runs over
-        the plain tokens' character trie in array gathers, one per depth; any other, or a
-        table too large, walks the byte trie carrying the automata's states."""
+                       trie: VocabTrie, chars: bool = True) -> np.ndarray:
+        """Which tokens of ``trie`` are in L_k, from the automata of ``plain_text_automata``:
+        for plain tokens (``chars``) an automaton with a ``char_table`` (``ByteDFA``) runs
+        over the plain tokens' character trie in array gathers, one per depth; any other
+        automaton, a table too large, or tokens that are not plain walk the byte trie
+        carrying the automata's states."""
         children, label, tokens = trie.children, trie.label, trie.tokens
         found: list[int] = []
         visited = 0
         out = np.zeros(self.size, dtype=bool)
-        chars = self._lm_table(plain_char_trie)
+        char_trie = self._lm_table(plain_char_trie) if chars else None
         for alt in automata:
-            if not alt:  # no automaton: every plain token
+            if not alt:  # no automaton: every token of the trie
                 for toks in tokens:
                     found.extend(toks)
                 continue
-            tables = [a.char_table(q, chars.cps) if hasattr(a, "char_table") else None
+            tables = [a.char_table(q, char_trie.cps)
+                      if char_trie is not None and hasattr(a, "char_table") else None
                       for a, q in alt]
-            if all(t is not None for t in tables):
+            if char_trie is not None and all(t is not None for t in tables):
+                chars = char_trie
                 keep = np.ones(len(chars.ids), dtype=bool)
                 for table, cls, dead in tables:
                     width, flat = table.shape[1], table.reshape(-1)
@@ -596,7 +642,7 @@ class Lifted(Potential):
         mask = np.isfinite(await self._walk(state, 0.0, stopped))
         alive = self._inner.get(key)
         if alive is None:
-            alive = self._inner[key] = np.flatnonzero(np.isfinite(await self._walk(state, 0.0, free)))
+            alive = self._inner[key] = np.flatnonzero(await self._inner_live(state, stop, free))
             if len(self._inner) > self.inner_cache_size:
                 self._inner.popitem(last=False)
         else:

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text
+from potentials.base import NEG_INF, BytePotential, Potential, chars_begun, is_plain_text, is_raw_text
 
 TOL = 1e-6
 
@@ -198,6 +198,9 @@ class PotentialContract:
 #: plain text of 1 to 50 characters: ASCII, 2-, 3- and 4-byte characters, DEL
 PLAIN_PROBES = [b"a", b"ab", b" x", "é".encode(), "日本".encode(), "😀!".encode(), b"\x7f",
                 b"hello world", b"y" * 20, b"0123456789" * 5]
+#: raw text: the plain probes and text cut inside its last character
+RAW_PROBES = PLAIN_PROBES + [b"\xc3", "日本".encode()[:4], b"ab\xe6\x97", "😀".encode()[:3],
+                             b"\xed\x9f", b"c\xf4\x8f"]
 #: continuations that are not plain text, for the mask_key check
 OTHER_PROBES = [bytes((b,)) for b in range(256)] + [b'",', b'"}', b'"]', b"\\n", b"1,", b"]}",
                                                      "é".encode()[:1], b'a"', b"\n\t"]
@@ -235,37 +238,39 @@ class PlainTextBudgetContract(PotentialContract):
 
 
 class PlainTextKeyContract(PotentialContract):
-    """The contract plus ``plain_text_key``'s claim: for plain text w, liveness is
-    (w has at most B characters) and L_k(w), so two states with the same key k agree on every
-    plain w short enough for both budgets, and a state's own budget is never exceeded."""
+    """The contract plus ``plain_text_key``'s claim: for raw text w (plain text, or text cut
+    inside its last character), liveness is (w begins at most B characters) and L_k(w), so two
+    states with the same key k agree on every w short enough for both budgets, a state's own
+    budget is never exceeded, and ``plain_text_automata``, where given, is L_k."""
 
     @_sync
     async def test_plain_text_key_holds(self):
         pot = self.potential()
+        assert all(is_raw_text(w) for w in RAW_PROBES)
         by_key: dict[Any, list[tuple[bytes, Any, float]]] = {}
         for ctx, state in _live_states(pot, self.contexts()):
             split = pot.plain_text_key(state)
             if split is not None:
                 key, budget = split
                 assert budget >= 0, (ctx, budget)
-                for w in PLAIN_PROBES:
-                    if len(w.decode()) > budget:
+                for w in RAW_PROBES:
+                    if chars_begun(w) > budget:
                         assert pot.advance(state, w) is None, (ctx, w, budget)
                 by_key.setdefault(key, []).append((ctx, state, budget))
         shared = [group for group in by_key.values() if len(group) > 1]
         assert shared, "no two contexts share a plain_text_key: add contexts inside one string"
         for group in shared:
-            for w in PLAIN_PROBES:
-                fits = [(ctx, pot.advance(st, w) is not None) for ctx, st, b in group if len(w.decode()) <= b]
+            for w in RAW_PROBES:
+                fits = [(ctx, pot.advance(st, w) is not None) for ctx, st, b in group
+                        if chars_begun(w) <= b]
                 assert len({alive for _, alive in fits}) <= 1, (w, fits)
-        # plain_text_automata, where given, is L_k: liveness of plain text within the budget
         for key, group in by_key.items():
             automata = pot.plain_text_automata(key)
             if automata is None:
                 continue
             for ctx, state, budget in group:
-                for w in PLAIN_PROBES:
-                    if len(w.decode()) <= budget:
+                for w in RAW_PROBES:
+                    if chars_begun(w) <= budget:
                         in_l = any(all(a.walk(q, w) is not None for a, q in alt) for alt in automata)
                         assert in_l == (pot.advance(state, w) is not None), (ctx, w)
 

@@ -412,11 +412,15 @@ class _ByteWalkOnly:
     {"type": "string", "pattern": "^[ab]+/?[ab]*$"},
     {"anyOf": [{"type": "string", "pattern": "^a+$"}, {"type": "string", "pattern": "^b/"}]},
     {"allOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "^[^/]*$"}]},
+    {"type": "string", "pattern": "^[abé日]+$", "maxLength": 2},
 ])
 async def test_pattern_strings_char_tables_agree_with_the_byte_walk(items):
     """L_k of the plain tokens from the automata's char tables (alternatives or'ed, the
-    automata of one alternative and'ed) equals the byte-trie walk and the brute force."""
-    vocab = JSON_TOY_VOCAB + [b"ba", "日本".encode(), b"a\xc3\xa9b", b"//"]
+    automata of one alternative and'ed), and of the raw tokens (cut inside a character) from
+    the automata's byte walk within the room left, equal the byte-trie walk and the brute
+    force."""
+    vocab = JSON_TOY_VOCAB + [b"ba", "日本".encode(), b"a\xc3\xa9b", b"//", "日".encode()[:2],
+                              b"a\xc3", b"\xe6\x97", b"\xa5"]
     eos = vocab.index(b"<eos>")
     lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
     schema = {"type": "array", "items": items}
@@ -424,7 +428,7 @@ async def test_pattern_strings_char_tables_agree_with_the_byte_walk(items):
     slow.shares_text_keys = False  # its own caches: nothing computed by the fast one
     slow.plain_text_automata = lambda key: [[(_ByteWalkOnly(d), q) for d, q in alt]
                                             for alt in JSONSchema.plain_text_automata(slow, key)]
-    texts = ['["', '["a', '["ab', '["b', '["b/', '["a/"', '["aé']
+    texts = ['["', '["a', '["ab', '["b', '["b/', '["a/"', '["aé', '["日']
     keyed = await _masks_match_brute_force([fast.lift(lm), slow.lift(lm)], texts, vocab, eos,
                                            fast.plain_text_key)
     assert keyed >= 2
