@@ -295,28 +295,44 @@ class BytePotential(Potential, Generic[S]):
         return Lifted(self, lm)
 
 
+def utf8_lead(b: int) -> tuple[int, int, int] | None:
+    """(continuation bytes still due, allowed range of the next one) after lead byte b of a
+    well-formed UTF-8 sequence (Unicode's table 3-7: no overlongs, no surrogates); None when
+    b starts none."""
+    if 0xC2 <= b <= 0xDF:
+        return (1, 0x80, 0xBF)
+    if b == 0xE0:
+        return (2, 0xA0, 0xBF)
+    if b == 0xED:
+        return (2, 0x80, 0x9F)  # no UTF-16 surrogates
+    if 0xE1 <= b <= 0xEF:
+        return (2, 0x80, 0xBF)
+    if b == 0xF0:
+        return (3, 0x90, 0xBF)
+    if 0xF1 <= b <= 0xF3:
+        return (3, 0x80, 0xBF)
+    if b == 0xF4:
+        return (3, 0x80, 0x8F)
+    return None
+
+
 def is_raw_text(data: bytes) -> bool:
     """Raw text: non-empty well-formed UTF-8 that may stop inside its last character, with no
     control byte (< 0x20), '"' or '\\'; plain text (``is_plain_text``) is raw text of whole
     characters."""
     if not data or b'"' in data or b"\\" in data or min(data) < 0x20:
         return False
-    need, lo, hi = 0, 0x80, 0xBF
-    for b in data:  # the well-formed sequences of Unicode's table 3-7
-        if need:
+    due = None  # (continuation bytes still due, allowed range of the next one)
+    for b in data:
+        if due is not None:
+            need, lo, hi = due
             if not lo <= b <= hi:
                 return False
-            need, lo, hi = need - 1, 0x80, 0xBF
-        elif b < 0x80:
-            continue
-        elif 0xC2 <= b <= 0xDF:
-            need = 1
-        elif 0xE0 <= b <= 0xEF:
-            need, lo, hi = 2, 0xA0 if b == 0xE0 else 0x80, 0x9F if b == 0xED else 0xBF
-        elif 0xF0 <= b <= 0xF4:
-            need, lo, hi = 3, 0x90 if b == 0xF0 else 0x80, 0x8F if b == 0xF4 else 0xBF
-        else:
-            return False
+            due = (need - 1, 0x80, 0xBF) if need > 1 else None
+        elif b >= 0x80:
+            due = utf8_lead(b)
+            if due is None:
+                return False
     return True
 
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from potentials.base import utf8_lead
+
 TOP, OBJ, ARR, STR, NUM, LIT, CHECK = range(7)
 OPENED = -1
 WS = frozenset(b" \t\n\r")
@@ -54,6 +56,7 @@ N_ACCEPT = frozenset({N_ZERO, N_INT, N_FRAC, N_EXP})
 _VALUE = frozenset(b'"{[-0123456789tfn')
 _OBJ_NEXT = {O_OPEN: WS | frozenset(b'"}'), O_COLON: WS | frozenset(b":"),
              O_VALUE_NEXT: WS | _VALUE, O_AFTER: WS | frozenset(b",}"), O_COMMA: WS | frozenset(b'"')}
+_TOP_NEXT = {0: WS | _VALUE, 2: WS}  # phase 1 (inside the root value) is never on top
 _ARR_NEXT = {A_OPEN: WS | _VALUE | frozenset(b"]"), A_AFTER: WS | frozenset(b",]"),
              A_COMMA: WS | _VALUE}
 # a number's own bytes, or what a container (or the document) reads after a value
@@ -195,7 +198,7 @@ class Machine:
             elif tag == LIT:
                 got = frozenset(f[2][:1])
             elif tag == TOP:
-                got = WS | _VALUE if f[1] == 0 else WS if f[1] == 2 else None
+                got = _TOP_NEXT.get(f[1])
             elif tag == STR:
                 got = _string_next(f)
                 if got is _FREE_NEXT and f[5]:
@@ -452,7 +455,7 @@ class Machine:
                 return []
             if b < 0x80:
                 return self._emit(node, f, bytes((b,)), 1, 0, None)
-            lead = _utf8_lead(b)
+            lead = utf8_lead(b)
             if lead is None:
                 return []
             return self._emit(node, f, bytes((b,)), 1, 0, lead)
@@ -552,22 +555,3 @@ def _string_next(f: tuple) -> frozenset | None:
     if any(len(v) == lpos for v in lits):
         out.add(34)
     return frozenset(out)
-
-
-def _utf8_lead(b: int) -> tuple | None:
-    """(continuation bytes still due, allowed range of the next one) after lead byte b."""
-    if 0xC2 <= b <= 0xDF:
-        return (1, 0x80, 0xBF)
-    if b == 0xE0:
-        return (2, 0xA0, 0xBF)
-    if b == 0xED:
-        return (2, 0x80, 0x9F)  # no UTF-16 surrogates
-    if 0xE1 <= b <= 0xEF:
-        return (2, 0x80, 0xBF)
-    if b == 0xF0:
-        return (3, 0x90, 0xBF)
-    if 0xF1 <= b <= 0xF3:
-        return (3, 0x80, 0xBF)
-    if b == 0xF4:
-        return (3, 0x80, 0x8F)
-    return None

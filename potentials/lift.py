@@ -593,19 +593,18 @@ class Lifted(Potential):
                       if char_trie is not None and hasattr(a, "char_table") else None
                       for a, q in alt]
             if char_trie is not None and all(t is not None for t in tables):
-                chars = char_trie
-                keep = np.ones(len(chars.ids), dtype=bool)
+                keep = np.ones(len(char_trie.ids), dtype=bool)
                 for table, cls, dead in tables:
                     width, flat = table.shape[1], table.reshape(-1)
-                    node_cls = cls[chars.cp]
-                    state = np.zeros(len(chars.parent), dtype=np.int32)
-                    for lo, hi in zip(chars.levels, chars.levels[1:]):
-                        at = state[chars.parent[lo:hi]]
+                    node_cls = cls[char_trie.cp]
+                    state = np.zeros(len(char_trie.parent), dtype=np.int32)
+                    for lo, hi in zip(char_trie.levels, char_trie.levels[1:]):
+                        at = state[char_trie.parent[lo:hi]]
                         at *= width
                         at += node_cls[lo:hi]
                         state[lo:hi] = flat[at]
-                    keep &= state[chars.end] != dead
-                out[chars.ids[keep]] = True
+                    keep &= state[char_trie.end] != dead
+                out[char_trie.ids[keep]] = True
                 continue
             walks = [a.walk for a, _ in alt]
             stack = [(child, tuple(q for _, q in alt)) for child in children[0]]
@@ -672,14 +671,12 @@ class Lifted(Potential):
         stack: list = []
         push = stack.append
 
-        def descend(node: int, here: Any) -> None:
-            kids = by_first.get(node)
-            allowed = None if kids is None else next_bytes(here)
+        def descend(node: int, kids: dict[int, int], here: Any) -> None:
+            allowed = next_bytes(here)
             if allowed is None:
                 for child in children[node]:
                     push((child, here))
-                return
-            if len(allowed) < len(kids):
+            elif len(allowed) < len(kids):
                 for b in allowed:
                     child = kids.get(b)
                     if child is not None:
@@ -689,7 +686,11 @@ class Lifted(Potential):
                     if b in allowed:
                         push((child, here))
 
-        descend(0, state)
+        root_kids = by_first.get(0)
+        if root_kids is None:
+            stack.extend((child, state) for child in children[0])
+        else:
+            descend(0, root_kids, state)
         visited = 0
         while stack:
             node, parent = stack.pop()
@@ -699,11 +700,12 @@ class Lifted(Potential):
                 continue  # every token below shares these dead bytes
             if tokens[node]:
                 yield tokens[node], here
-            if by_first.get(node) is None:
+            kids = by_first.get(node)
+            if kids is None:
                 for child in children[node]:
                     push((child, here))
             else:
-                descend(node, here)
+                descend(node, kids, here)
         self.stats["trie_nodes_visited"] += visited
 
     async def _walk(self, state: Any, base: float, trie: VocabTrie) -> np.ndarray:
