@@ -88,6 +88,16 @@ class Potential(ABC):
         """
         return None
 
+    async def mask_would_be_kept(self, ctx: Context) -> bool:
+        """True when ``logw_next(ctx)`` is not known yet and, once computed, is kept for every
+        later context that shares its key (e.g. a lifted Boolean constraint's mask cache): one
+        full evaluation then serves all particles at that key, so a sampler whose first token
+        checks at ``ctx`` are all rejected may compute it at once instead of checking on. A
+        hint about cost only: either answer leaves every sampler properly weighted. Default:
+        False.
+        """
+        return False
+
     async def batch_prefix(self, ctxs: Sequence[Context]) -> np.ndarray:
         return np.array(await asyncio.gather(*(self.prefix(c) for c in ctxs)), dtype=float)
 

@@ -347,10 +347,13 @@ class Lifted(Potential):
                 for t in ctx[:-1]:
                     parent = self._step(parent, self._check(t))
             got = self._step(parent, self._check(ctx[-1]))
-        self._states[ctx] = got
+        self._keep_state(ctx, got)
+        return got
+
+    def _keep_state(self, ctx: tuple[int, ...], state: Any) -> None:
+        self._states[ctx] = state
         if len(self._states) > self._cache_size:
             del self._states[next(iter(self._states))]
-        return got
 
     async def _weight(self, state: Any) -> float:
         """prefix weight of a live byte state."""
@@ -383,22 +386,29 @@ class Lifted(Potential):
 
     async def logw_subset(self, ctx: Sequence[int], symbols: Sequence[int]) -> np.ndarray:
         state, base = await self._base(ctx)
-        out = np.full(len(symbols), NEG_INF)
         if base == NEG_INF:
-            return out
-        done: float | None = None
+            return np.full(len(symbols), NEG_INF)
         self.stats["tokens_checked"] += len(symbols)
-        for k, t in enumerate(symbols):
+        pot = self.potential
+        # a sampler's one-token check: if the token is taken, its state is asked for next step
+        keep_at = (ctx if type(ctx) is tuple else tuple(ctx)) if len(symbols) == 1 else None
+        out: list[float] = []
+        done: float | None = None
+        for t in symbols:
             t = self._check(t)
             if t in self._eos:
                 if done is None:
-                    done = await self.potential.state_complete(state) - base
-                out[k] = done
+                    done = await pot.state_complete(state) - base
+                out.append(done)
                 continue
             nxt = self._step(state, t)
-            if nxt is not None:
-                out[k] = await self._weight(nxt) - base
-        return out
+            if keep_at is not None:
+                self._keep_state(keep_at + (t,), nxt)
+            if nxt is None:
+                out.append(NEG_INF)
+            else:
+                out.append(0.0 if pot.boolean else await pot.state_prefix(nxt) - base)
+        return np.array(out, dtype=float)
 
     async def logw_next(self, ctx: Sequence[int]) -> np.ndarray:
         state, base = await self._base(ctx)
@@ -430,6 +440,17 @@ class Lifted(Potential):
         self.stats["mask_cache_hits"] += 1
         allowed, with_eos = got
         return with_eos if await self.potential.state_complete(state) - base > NEG_INF else allowed
+
+    async def mask_would_be_kept(self, ctx: Sequence[int]) -> bool:
+        """A Boolean potential whose state at ``ctx`` has a ``mask_key`` with no cached mask:
+        ``logw_next`` would compute the mask and keep it (``_cached_mask``)."""
+        if not self.potential.boolean:
+            return False
+        state, base = await self._base(ctx)
+        if base == NEG_INF:
+            return False
+        key = self.potential.mask_key(state)
+        return key is not None and key not in self._masks
 
     async def finishing(self, ctx: Sequence[int], cheap: bool = False) -> np.ndarray | None:
         """The sorted non-EOS token ids t with complete(ctx t) > -inf (the tokens after which
@@ -657,6 +678,16 @@ class Lifted(Potential):
         if got is None:
             got = self._tables[key] = build(self.lm, set(self._eos | self._blocked), *args)
         return got
+
+    def build_tables(self) -> None:
+        """Build the per-LM vocabulary tables now: the byte trie, the plain tokens' tries and
+        their character trie. The first mask that needs one builds it otherwise (about 2 s for
+        the byte trie at a 128k vocabulary); every lifted potential of the LM shares them, so
+        a server or a timing loop builds them once, up front."""
+        self._full_trie()
+        self._plain = self._lm_table(plain_tokens)
+        self._lm_table(plain_trie)
+        self._lm_table(plain_char_trie)
 
     def _full_trie(self) -> VocabTrie:
         if self._trie is None:

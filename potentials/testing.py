@@ -15,6 +15,7 @@ with x a in the contexts' closure under one more symbol):
     logw_next(x)[EOS] = complete(x) - prefix(x)
     logw_subset and the batch methods equal the single versions.
     known_support(x), where not None, is the live positions of logw_next(x), all of weight 0.
+    mask_would_be_kept(x) True => once logw_next(x) was computed, it is False (it was kept).
 
 Two mixins check the claims a BytePotential may make to speed up lifting; a test class adds
 them when its potential makes the claim, and its contexts must exercise it:
@@ -133,6 +134,16 @@ class PotentialContract:
             live = np.flatnonzero(logw > NEG_INF)
             assert np.asarray(support).tolist() == live.tolist(), (ctx, support, live)
             assert np.all(logw[live] == 0.0), (ctx, logw[live])
+
+    @_sync
+    async def test_mask_would_be_kept_holds_its_word(self):
+        """Where ``mask_would_be_kept`` says a full evaluation would be kept, computing it
+        keeps it: the hook answers False at that context afterwards."""
+        pot = self.potential()
+        for ctx in self.contexts():
+            if await pot.mask_would_be_kept(ctx):
+                await pot.logw_next(ctx)
+                assert not await pot.mask_would_be_kept(ctx), ctx
 
     @_sync
     async def test_final_bytes_end_every_complete_text(self):

@@ -23,8 +23,15 @@ sample (if j = 0) is drawn from p restricted to A, and
 
     w = int_0^inf prod_i m_i / (m_i + s) * (Z / (Z + s))^(2 - j) ds,
 
-still E[1 / tau_2 | what was seen]: unbiased. If Z = 0 the sampler returns a rejected token
-with weight -inf (and only then).
+still E[1 / tau_2 | what was seen]: unbiased. The same holds for any rule that decides to stop
+from the discrete path alone (which tokens came, how their checks went), since the waiting times
+after the stop are fresh: so the sampler also stops after ``early_fallback`` rejections with no
+token accepted yet, when the potential says a full evaluation at this context would be kept for
+later contexts (``Potential.mask_would_be_kept``: a lifted constraint's first visit to a state).
+A state that rejects the LM's likely tokens (JSON punctuation under a prose-minded LM) then
+costs one cached mask, and every later particle there an exact step (below), instead of each
+first visit spending ``max_checks`` checks. If Z = 0 the sampler returns a rejected token with
+weight -inf (and only then).
 
 Graded weights 0 <= w(a) <= 1 (log weights <= 0, e.g. an LM potential) are handled by thinning:
 each arrival of a is accepted with probability w(a) by a coin drawn through the same draw
@@ -282,6 +289,9 @@ class AWRSSampler(TokenSampler):
             <= 0 (Boolean constraints, or graded weights in [0, 1] such as LM probabilities).
         max_checks: distinct tokens checked before the exact fallback (0: always the full vector).
         max_draws: draws before the exact fallback (bounds thinning loops on tiny weights).
+        early_fallback: distinct tokens rejected, none accepted, before the exact fallback at a
+            context where the potential would keep the full evaluation (module docstring,
+            "Cap"); 0: never early.
 
     Has a population step (samplers.base): one LM call and one batched stream draw for all
     particles, then each particle's event simulation (``_simulate``) on the CPU over its stream.
@@ -297,12 +307,13 @@ class AWRSSampler(TokenSampler):
         *,
         max_checks: int = 64,
         max_draws: int = 256,
+        early_fallback: int = 8,
     ):
         super().__init__(lm, potential, prompt_ids)
-        for name, v in [("max_checks", max_checks), ("max_draws", max_draws)]:
-            if not isinstance(v, int) or v < 0:
+        for name, v in [("max_checks", max_checks), ("max_draws", max_draws), ("early_fallback", early_fallback)]:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-        self.max_checks, self.max_draws = max_checks, max_draws
+        self.max_checks, self.max_draws, self.early_fallback = max_checks, max_draws, early_fallback
         self.stats.update(fallbacks=0, draws=0, exact_steps=0)
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:
@@ -411,6 +422,7 @@ class AWRSSampler(TokenSampler):
         log_rates: list[float] = []
         first: int | None = None
         last_rejected: int | None = None
+        rejected, any_kept = 0, False  # for the early fallback
         stats = self.stats
         while True:
             if len(checked) >= self.max_checks or len(log_rates) >= self.max_draws:
@@ -425,9 +437,14 @@ class AWRSSampler(TokenSampler):
             if v is None:
                 stats["checks"] += 1
                 v = checked[d] = self._check_weight(float((await self.potential.logw_subset(ctx, [d]))[0]), d)
-            if v == NEG_INF:
+                any_kept = any_kept or v > NEG_INF
+            if v == NEG_INF:  # a first check: rejected tokens leave the pool
                 pool.remove(d, mass)
                 last_rejected = d
+                rejected += 1
+                if (rejected == self.early_fallback and not any_kept
+                        and await self.potential.mask_would_be_kept(ctx)):
+                    return await self._fallback(ctx, pool, draw, log_rates, first)
                 continue
             if v < 0.0 and draw(np.array([math.exp(v), -math.expm1(v)])) != 0:
                 continue  # thinned: this arrival is not accepted, the token stays

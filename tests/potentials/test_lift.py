@@ -242,6 +242,42 @@ async def test_regex_masks_are_shared_per_dfa_state():
     np.testing.assert_array_equal(again, want)
 
 
+async def test_mask_would_be_kept_until_the_state_mask_is_cached():
+    """True at a live context of a Boolean potential whose key has no mask yet; False once any
+    context with that key was evaluated, at dead contexts, and for graded potentials."""
+    lifted = Regex(r"(ab)*").lift(toy_lm())
+    assert await lifted.mask_would_be_kept((2,))
+    assert await lifted.mask_would_be_kept((2, 2))  # same DFA state, nothing cached yet
+    await lifted.logw_next((2,))
+    assert not await lifted.mask_would_be_kept((2, 2))
+    assert not await lifted.mask_would_be_kept((1,))  # "b": dead
+    assert not await Weighted().lift(toy_lm()).mask_would_be_kept(())
+
+
+async def test_build_tables_leaves_no_table_for_masks_to_build():
+    """After ``build_tables``, a regex's masks and its finishing walk build no per-LM table."""
+    lifted = Regex(r"(ab)*c?").lift(toy_lm())
+    lifted.build_tables()
+    built = set(lifted._tables)
+    assert len(built) == 4
+    await lifted.logw_next(())
+    await lifted.logw_next((2,))
+    await lifted.finishing((2,))
+    assert set(lifted._tables) == built
+
+
+async def test_a_checked_token_state_is_kept_for_the_next_step():
+    """A one-token check computes the token's byte state once: the next step's context reads it
+    from the cache (no second advance over the token's bytes)."""
+    pot = Counting(Regex(r"(ab)*"))
+    lifted = pot.lift(toy_lm())
+    assert (await lifted.logw_subset((), [2]))[0] == 0.0
+    advanced = pot.bytes_advanced
+    assert await lifted.prefix((2,)) == 0.0
+    assert pot.bytes_advanced == advanced
+    assert lifted.stats["state_cache_misses"] == 1  # the empty context only
+
+
 @pytest.mark.slow
 async def test_embedded_vocabulary_json_masks_agree_with_brute_force(embedded_lm):
     """JSON string states take the plain-text shortcut (budget), others the full walk."""

@@ -90,6 +90,51 @@ def test_properly_weighted_by_enumeration(make, ctx):
     np.testing.assert_allclose(enumerated(sampler, ctx), target(ctx), rtol=1e-6, atol=1e-9)
 
 
+class KeptMasks(TokenPredicate):
+    """PHI, claiming that a full evaluation at any context would be kept (the early fallback's
+    condition): the sampler then falls back after its first ``early_fallback`` rejections."""
+
+    async def mask_would_be_kept(self, ctx) -> bool:
+        return True
+
+
+KEPT = KeptMasks(6, [EOS], viable, done)
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+@pytest.mark.parametrize("early,cap", [(1, 64), (2, 64), (2, 1), (0, 64)])
+def test_early_fallback_properly_weighted_by_enumeration(ctx, early, cap):
+    """Stopping after ``early`` rejections with none accepted (a rule on the discrete path) keeps
+    AWRS properly weighted, with and without the check cap."""
+    sampler = AWRSSampler(LM, KEPT, max_checks=cap, early_fallback=early)
+    np.testing.assert_allclose(enumerated(sampler, ctx), target(ctx), rtol=1e-6, atol=1e-9)
+
+
+def test_early_fallback_stops_checking_where_masks_are_kept():
+    """On a vocabulary where the LM prefers rejected tokens, AWRS falls back after
+    ``early_fallback`` rejections when the potential keeps its masks, and checks up to
+    ``max_checks`` tokens when it does not."""
+    n = 2000
+    vocab = [f"t{i}".encode() for i in range(n - 1)] + [b"<eos>"]
+    p = np.full(n, 1.0)
+    p[::10] = 1e-3  # the allowed tokens (multiples of 10) are unlikely
+    p /= p.sum()
+    lm = FastToyLM(vocab, b"<eos>", lambda ids: p)
+    ok = lambda x: all(t % 10 == 0 for t in x)  # noqa: E731
+    never = lambda x: False  # noqa: E731  (EOS, a likely token, is rejected too)
+    for pot, most in ((KeptMasks(n, [n - 1], ok, never), 3), (TokenPredicate(n, [n - 1], ok, never), 64)):
+        sampler = AWRSSampler(lm, pot, early_fallback=3)
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            token, logw = asyncio.run(sampler.sample((), rng))
+            assert token % 10 == 0 and logw > NEG_INF
+        assert sampler.stats["fallbacks"] == 20
+        assert sampler.stats["checks"] <= 20 * most
+        assert sampler.stats["checks"] > 20 * most // 2
+    with pytest.raises(ValueError, match="early_fallback"):
+        AWRSSampler(lm, pot, early_fallback=-1)
+
+
 def test_masking_is_not_properly_weighted():
     ctx = ()
     got = enumerated(MaskingSampler(LM, PHI), ctx)

@@ -39,10 +39,13 @@ def same_result(a: smc.Result, b: smc.Result) -> None:
     assert a.stats["steps"] == b.stats["steps"] and a.stats["tokens"] == b.stats["tokens"]
 
 
-def same_run_up_to_rounding(a: smc.Result, b: smc.Result, tol: float = 1e-6) -> None:
+def same_run_up_to_rounding(a: smc.Result, b: smc.Result, tol: float = 1e-4) -> None:
     """Texts, tokens, finished flags, resampling ancestors and history tokens equal; log weights,
     log_ml and ESS within ``tol``: a real model's log-probs for a context recomputed from a cold KV
-    cache (one prefill) differ from the incrementally decoded ones by float rounding."""
+    cache (one prefill) differ from the incrementally decoded ones by float rounding (measured on
+    the embedded model: the same 8-token run on a fresh backend and on one that served other
+    prompts first differ by up to 8e-6 in a step's log weights; a different path would differ by
+    far more than ``tol``)."""
     key = lambda r: [(s.text, s.token_ids, s.finished) for s in r.samples]  # noqa: E731
     assert key(a) == key(b)
     assert [s.log_weight for s in a.samples] == pytest.approx([s.log_weight for s in b.samples], abs=tol)

@@ -100,7 +100,7 @@ async def test_a_second_run_reports_only_its_own_work():
     # the potential's caches were filled by the first run: the second hits them
     first, second = r1.stats["samplers"]["Lifted#1"], r2.stats["samplers"]["Lifted#1"]
     assert first["tokens_checked"] == second["tokens_checked"] > 0
-    assert first["state_cache_misses"] > 0 == second["state_cache_misses"]
+    assert second["state_cache_misses"] == 0 < second["state_cache_hits"]
 
 
 @pytest.mark.parametrize("method", ["beam", "top_k", "steer"])
