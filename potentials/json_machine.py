@@ -31,6 +31,7 @@ caller (potentials.json_schema) decodes the text from ``start`` to that bracket,
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from potentials.base import utf8_lead
@@ -66,6 +67,8 @@ _HEX_NEXT = frozenset(HEX)
 # inside free string text: the quote, a backslash, printable ASCII, UTF-8 lead bytes
 _FREE_NEXT = frozenset(range(0x20, 0x80)) | frozenset(range(0xC2, 0xF5))
 _QUOTE_OR_ESCAPE = frozenset(b'"\\')
+#: ASCII text whose every byte is one string character: no quote, backslash or control byte
+_PLAIN_ASCII = re.compile(rb"[\x20\x21\x23-\x5b\x5d-\x7f]+")
 
 
 class Stack:
@@ -129,6 +132,34 @@ class Machine:
         out: set = set()
         for node in configs:
             out.update(self._step(node, b))
+        return frozenset(out)
+
+    def plain_run(self, configs: frozenset, data: bytes) -> frozenset | None:
+        """``step`` over all of ``data`` at once, when ``data`` is ASCII text with no quote,
+        backslash or control byte and every configuration is inside a string, between
+        characters, with no enum/const literals: each byte is then one character, and a
+        configuration lives iff its count stays within maxLength and its pattern automata
+        survive the bytes (``_emit``'s checks, byte by byte). None where that does not hold."""
+        if not _PLAIN_ASCII.fullmatch(data):
+            return None
+        n = len(data)
+        out = []
+        for node in configs:
+            f = node.frame
+            if f[0] != STR or f[2] != 0 or f[3] is not None or f[7] is not None:
+                return None
+            facts = f[1].string
+            count = f[4] + n
+            if count > facts.max_len:
+                continue
+            dstates = f[5]
+            if dstates:
+                dstates = tuple(d.walk(q, data) for d, q in zip(facts.dfas, dstates))
+                if None in dstates:
+                    continue
+            text = None if f[8] is None else f[8] + data
+            out.append(Stack((STR, f[1], 0, None, min(count, facts.cap), dstates, f[6], None, text, f[9]),
+                             node.parent))
         return frozenset(out)
 
     def plain_text_budget(self, configs: frozenset) -> float | None:

@@ -232,6 +232,13 @@ class JSONSchema(BytePotential[JSONState]):
         if len(memo) > MEMO_LIMIT:
             memo.clear()
             self._canon.clear()
+        if len(data) > 1 and configs and type(data) is bytes:  # plain text in strings: one step
+            got = memo.get((configs, data))
+            if got is None:
+                got = self.machine.plain_run(configs, data)
+                got = memo[(configs, data)] = False if got is None else self._canon.setdefault(got, got)
+            if got is not False:
+                return JSONState(got, (bytes(data), state.chunks), state.size + len(data)) if got else None
         for i, b in enumerate(data):
             key = (configs, b)
             got = memo.get(key)

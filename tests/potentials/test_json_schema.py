@@ -373,3 +373,72 @@ def test_next_bytes_inside_a_pattern_string_follow_its_automaton():
     allowed = set(pot.next_bytes(state))
     live = {b for b in range(256) if pot.advance(state, bytes((b,))) is not None}
     assert live <= allowed and allowed == set(b'0123456789"\\')
+
+
+
+STRINGS = {
+    "type": "object",
+    "properties": {
+        "a": {"type": "string", "maxLength": 7, "pattern": "^[a-z ]*$"},
+        "b": {"type": "string", "minLength": 2, "format": "date"},
+        "k": {"type": "array", "items": {"type": "string", "maxLength": 3}},
+    },
+    "patternProperties": {"^v[0-9]*$": {"type": "string", "pattern": "x"}},
+    "additionalProperties": False,
+}
+_TEXT = st.text(alphabet="abx -", max_size=9) | st.text(alphabet='ax -A"\\\x7f\x01é', max_size=6)
+_STRING_VALUES = st.dictionaries(
+    st.sampled_from(["a", "b", "v1", "v22", "z"]),
+    _TEXT,
+    max_size=3,
+) | st.dictionaries(st.just("k"), st.lists(_TEXT, max_size=3), max_size=1)
+
+
+@pytest.mark.parametrize("schema, values", [(STRINGS, _STRING_VALUES), (MIXED, VALUES), (TREE, VALUES)],
+                         ids=["strings", "mixed", "tree"])
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(data=st.data(), cut=st.lists(st.integers(1, 7), min_size=1, max_size=8))
+def test_multi_byte_steps_equal_byte_steps(schema, values, data, cut):
+    """``advance`` over a token (plain text inside strings takes one step for the whole
+    token: ``Machine.plain_run``) gives the configurations of stepping byte by byte."""
+    pot = JSONSchema(schema, whitespace="flexible")
+    doc = json.dumps(data.draw(values), ensure_ascii=False).encode("utf-8")
+    assert_token_steps_equal_byte_steps(pot, doc, cut)
+
+
+def assert_token_steps_equal_byte_steps(pot: JSONSchema, doc: bytes, cut: list[int]) -> None:
+    state = by_byte = pot.initial()
+    i = k = 0
+    while i < len(doc) and state is not None:
+        token = doc[i : i + cut[k % len(cut)]]
+        state = pot.advance(state, token)
+        for b in token:
+            by_byte = by_byte if by_byte is None else pot.advance(by_byte, bytes((b,)))
+        assert (state is None) == (by_byte is None), doc[: i + len(token)]
+        if state is not None:
+            assert state.configs == by_byte.configs, doc[: i + len(token)]
+        i, k = i + len(token), k + 1
+
+
+@pytest.mark.parametrize("doc", [
+    '{"v1": "aaxb a", "a": "ab cd"}', '{"v22": "bbbbxxb"}', '{"a": "abcdefgh"}', '{"a": "ab-c"}',
+    '{"k": ["abc", "abcd"]}', '{"b": "2024-01-02"}', '{"a": "a\\"b"}', '{"v1": "\x7fx\x7f"}',
+])
+def test_token_steps_inside_strings(doc):
+    """Crafted documents through the one-step path: a pattern automaton's state after a
+    token (unanchored ``x`` seen or not), maxLength reached inside a token, a dead pattern."""
+    pot = JSONSchema(STRINGS)
+    for width in (2, 3, 5):
+        assert_token_steps_equal_byte_steps(pot, doc.encode(), [width])
+
+
+def test_plain_run_is_taken_inside_strings_only():
+    """The one-step path answers for plain ASCII inside strings and declines elsewhere."""
+    pot = JSONSchema(STRINGS)
+    inside = pot.state_of(b'{"a": "ab').configs
+    assert pot.machine.plain_run(inside, b"c d") is not None
+    assert pot.machine.plain_run(inside, b"cdefgh") == frozenset()  # past maxLength 7
+    assert pot.machine.plain_run(inside, b"C") == frozenset()  # the pattern dies
+    assert pot.machine.plain_run(inside, b'c"') is None  # a quote closes the string
+    assert pot.machine.plain_run(inside, "é".encode()) is None  # not ASCII
+    assert pot.machine.plain_run(pot.state_of(b'{"a"').configs, b"ab") is None  # not in a string
