@@ -35,13 +35,16 @@ out of it rejects the text (an unverified text is never returned); both are coun
 
 from __future__ import annotations
 
+import functools
+import math
 import time
-from typing import Any, Hashable, Iterable
+from typing import Any, Hashable, Iterable, Sequence
 
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.regex_chars import representatives
 from potentials.fsm import (
+    ByteDFA,
     InvalidRegex,
     UnsupportedRegex,
     _utf8_len,
@@ -56,6 +59,14 @@ from potentials.regex_relax import leading_negative_lookaheads, relaxed_automato
 DEFAULT_TIMEOUT = 1.0
 #: entries kept by each fallback cache (relaxed-automaton states, partial-match answers)
 CACHE_SIZE = 1 << 16
+
+
+@functools.lru_cache(maxsize=64)
+def _automaton(pattern: str, flags: int) -> ByteDFA:
+    """The pattern's automaton, shared by the Regex objects of one pattern: a ByteDFA fills its
+    transition table as texts reach new states, so a later generation with the pattern starts
+    with the states earlier ones reached instead of determinizing them again."""
+    return compile_regex(pattern, flags, lookaround=True)
 
 
 def split_utf8(data: bytes) -> tuple[str, bytes] | None:
@@ -93,7 +104,7 @@ class Regex(BytePotential):
         self.budget_exceeded = 0
         self._tail_cache: dict[tuple[str, bytes], bool] = {}
         try:
-            self.dfa = compile_regex(pattern, self.flags, lookaround=True)
+            self.dfa = _automaton(pattern, self.flags)
         except UnsupportedRegex as e:
             self.dfa = None
             self.fallback_reason = str(e)
@@ -114,6 +125,20 @@ class Regex(BytePotential):
     def complete_key(self, state: Any) -> Hashable | None:
         """The DFA state too (it decides acceptance); none on the fallback."""
         return state if self.dfa is not None else None
+
+    def plain_text_key(self, state: Any) -> tuple[Hashable, float] | None:
+        """On the automaton: (the DFA state, inf), L_k = the DFA from state k survives the
+        bytes (``advance`` is that walk for any bytes). None on the fallback or an empty
+        language."""
+        if self.dfa is None or self.dfa.is_empty:
+            return None
+        return state, math.inf
+
+    def plain_text_automata(self, key: Hashable) -> Sequence[Sequence[tuple[Any, Any]]] | None:
+        """The DFA in state ``key``: lifting reads the plain tokens' L_k off its character
+        table (one array gather per depth of the character trie) instead of walking the
+        byte trie."""
+        return [[(self.dfa, key)]] if self.dfa is not None else None
 
     @property
     def exact(self) -> bool:

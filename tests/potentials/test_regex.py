@@ -7,14 +7,14 @@ import re
 
 import pytest
 import regex
-from potentials.testing import CompleteKeyContract, MaskKeyContract, PotentialContract
+from potentials.testing import CompleteKeyContract, MaskKeyContract, PlainTextKeyContract, PotentialContract
 
 from potentials.base import NEG_INF
 from potentials.fsm import InvalidRegex
 from potentials.regex import Regex
 
 
-class TestRegexContract(MaskKeyContract, CompleteKeyContract):
+class TestRegexContract(MaskKeyContract, CompleteKeyContract, PlainTextKeyContract):
     def potential(self):
         return Regex(r"[0-9]{2}(-é)?|ab\b")
 
