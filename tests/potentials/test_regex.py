@@ -244,3 +244,12 @@ async def test_re_flags_reach_the_regex_package_with_its_numbering():
     assert await pot.complete("éé".encode()) == NEG_INF
     assert await pot.complete(b"aa") == 0.0
     assert await Regex(r"(\w)\1").complete("éé".encode()) == 0.0
+
+
+def test_regex_objects_of_one_pattern_share_their_automaton():
+    """The lazily determinized automaton is shared by Regex objects of one pattern and flags (a
+    later generation reuses the states earlier ones reached); other flags get their own."""
+    a, b = Regex(r"[a-z ]{1,20}"), Regex(r"[a-z ]{1,20}")
+    assert a.dfa is b.dfa
+    assert Regex(r"[a-z ]{1,20}", re.IGNORECASE).dfa is not a.dfa
+    assert b.advance(b.initial(), b"ab c") is not None and b.advance(b.initial(), b"A") is None
