@@ -174,7 +174,10 @@ def run(lm, task: str, sampler: str, particles: int) -> dict:
 def warm_vocabulary_tables(lm) -> float:
     """Build the per-LM tables that every lifted constraint shares (potentials.lift); seconds."""
     t0 = time.perf_counter()
-    asyncio.run(Regex("x").lift(lm).logw_next(()))
+    regex = Regex("x").lift(lm)
+    if hasattr(regex, "build_tables"):  # (older engines: this regex's first mask builds them)
+        regex.build_tables()
+    asyncio.run(regex.logw_next(()))
     json_string = JSONSchema({"type": "string"}).lift(lm)
     asyncio.run(json_string.logw_next(tuple(lm.encode('"'))))
     return time.perf_counter() - t0
