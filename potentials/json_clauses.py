@@ -20,6 +20,7 @@ when the container opens) and key restrictions (the names an object with
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -482,7 +483,6 @@ class Schemas:
         self._make_validator = make_validator
         self.root_resolver = validator_resolver(validator)
         self._clauses: dict = {}
-        self._dfas: dict = {}
         self._accepts: dict = {}
         self.dynamic = False  # set by check_refs when dynamic scope matters
         self.root = self.node(root, self.root_resolver, draft)
@@ -616,15 +616,10 @@ class Schemas:
         return tuple(sorted(kept, key=lambda c: c.sid))
 
     # ------------------------------------------------------------------ checks
-    def search_dfa(self, pattern: str) -> Any:
+    @staticmethod
+    def search_dfa(pattern: str) -> Any:
         """Byte DFA of ``re.search(pattern, s)``, or None when it is not regular here."""
-        if pattern not in self._dfas:
-            try:
-                dfa = compile_regex(f"(?s:.*)(?:{pattern})(?s:.*)")
-            except (UnsupportedRegex, ValueError):
-                dfa = None
-            self._dfas[pattern] = dfa
-        return self._dfas[pattern]
+        return _search_dfa(pattern)
 
     def member_accepts(self, m: Any, value: Any) -> bool:
         key = (m, json_type(value), repr(value))
@@ -710,3 +705,15 @@ _SCALAR_WORDS = frozenset(
     {"type", "enum", "const", "format", "pattern", "minLength", "maxLength", "minimum",
      "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 )
+
+
+@functools.lru_cache(maxsize=512)
+def _search_dfa(pattern: str) -> Any:
+    """``Schemas.search_dfa``, one automaton per pattern for all schemas: the automaton fills
+    its transitions lazily, and the lifted string masks are cached per LM by (automaton, state)
+    (``JSONSchema.shares_text_keys``), so schemas that share a pattern (dates, identifiers,
+    URIs) share that work, and so do repeated compilations of one schema."""
+    try:
+        return compile_regex(f"(?s:.*)(?:{pattern})(?s:.*)")
+    except (UnsupportedRegex, ValueError):
+        return None

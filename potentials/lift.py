@@ -132,6 +132,10 @@ def plain_trie(lm: LMBackend, skip: set[int]) -> VocabTrie:
                    lambda: VocabTrie(lm.vocab, set(np.flatnonzero(~plain).tolist())))
 
 
+#: levels of a CharTrie with fewer nodes than this, from some depth on, are walked node by node
+DEEP_LEVEL = 64
+
+
 class CharTrie:
     """The plain tokens' texts as a trie of characters, in arrays, level by level: node n > 0
     holds one character (``cp[n]``, an index into ``cps``) below ``parent[n]`` (0: the root);
@@ -156,6 +160,26 @@ class CharTrie:
         self.cp = cp.reshape(-1)
         self.ids = np.asarray(sorted(texts), dtype=np.int64)
         self.end = np.asarray([number[texts[t]] for t in self.ids.tolist()], dtype=np.int64)
+        # the deep levels (long tokens: runs of spaces, dashes, ...) hold few nodes each; a walk
+        # steps them one node at a time instead of paying a few array calls per level
+        deep = len(self.levels) - 1
+        while deep > 1 and self.levels[deep] - self.levels[deep - 1] < DEEP_LEVEL:
+            deep -= 1
+        self.deep = self.levels[deep]  # the first node stepped one at a time
+        self.deep_parent = self.parent[self.deep:].tolist()
+        self.deep_cp = self.cp[self.deep:]
+
+
+def _deep_states(trie: CharTrie, state: np.ndarray, flat: list[int], width: int,
+                 deep_cls: list[int]) -> list[int]:
+    """The automaton states of the trie's deep nodes (``trie.deep`` on), one node at a time,
+    from the states already in ``state`` above them: i_n = flat[i_parent * width + cls_n]."""
+    start, parents = trie.deep, trie.deep_parent
+    upper = state[parents].tolist()  # (read for parents above the deep nodes only)
+    out: list[int] = []
+    for k, (p, c) in enumerate(zip(parents, deep_cls)):
+        out.append(flat[(out[p - start] if p >= start else upper[k]) * width + c])
+    return out
 
 
 def plain_char_trie(lm: LMBackend, skip: set[int]) -> CharTrie:
@@ -605,6 +629,7 @@ class Lifted(Potential):
         visited = 0
         out = np.zeros(self.size, dtype=bool)
         char_trie = self._lm_table(plain_char_trie) if chars else None
+        in_l = None  # over char_trie.ids: the union of the alternatives run on character tables
         for alt in automata:
             if not alt:  # no automaton: every token of the trie
                 for toks in tokens:
@@ -614,18 +639,25 @@ class Lifted(Potential):
                       if char_trie is not None and hasattr(a, "char_table") else None
                       for a, q in alt]
             if char_trie is not None and all(t is not None for t in tables):
-                keep = np.ones(len(char_trie.ids), dtype=bool)
+                keep = None
                 for table, cls, dead in tables:
                     width, flat = table.shape[1], table.reshape(-1)
-                    node_cls = cls[char_trie.cp]
+                    deep = char_trie.deep
+                    node_cls = cls[char_trie.cp[:deep]]
                     state = np.zeros(len(char_trie.parent), dtype=np.int32)
                     for lo, hi in zip(char_trie.levels, char_trie.levels[1:]):
+                        if lo >= deep:
+                            break
                         at = state[char_trie.parent[lo:hi]]
                         at *= width
                         at += node_cls[lo:hi]
                         state[lo:hi] = flat[at]
-                    keep &= state[char_trie.end] != dead
-                out[char_trie.ids[keep]] = True
+                    if deep < len(state):
+                        state[deep:] = _deep_states(char_trie, state, flat.tolist(), width,
+                                                    cls[char_trie.deep_cp].tolist())
+                    alive = state[char_trie.end] != dead
+                    keep = alive if keep is None else keep & alive
+                in_l = keep if in_l is None else in_l | keep
                 continue
             walks = [a.walk for a, _ in alt]
             stack = [(child, tuple(q for _, q in alt)) for child in children[0]]
@@ -647,6 +679,8 @@ class Lifted(Potential):
                 for child in children[node]:
                     stack.append((child, here))
         self.stats["trie_nodes_visited"] += visited
+        if in_l is not None:
+            out[char_trie.ids] = in_l
         out[found] = True
         return out
 

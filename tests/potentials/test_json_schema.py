@@ -442,3 +442,15 @@ def test_plain_run_is_taken_inside_strings_only():
     assert pot.machine.plain_run(inside, b'c"') is None  # a quote closes the string
     assert pot.machine.plain_run(inside, "é".encode()) is None  # not ASCII
     assert pot.machine.plain_run(pot.state_of(b'{"a"').configs, b"ab") is None  # not in a string
+
+
+def test_schemas_with_one_pattern_share_its_automaton():
+    """Two schemas (or two compilations of one) using the same pattern get one automaton, so
+    their string states have equal text keys and share the lifted string masks per LM."""
+    a = JSONSchema({"type": "string", "pattern": "^[a-z]+$"})
+    b = JSONSchema({"type": "object", "properties": {"k": {"type": "string", "pattern": "^[a-z]+$"}}})
+    ka = a.plain_text_key(a.state_of(b'"ab'))
+    kb = b.plain_text_key(b.state_of(b'{"k": "xy'))
+    assert ka is not None and ka == kb
+    other = JSONSchema({"type": "string", "pattern": "^[a-y]+$"})
+    assert other.plain_text_key(other.state_of(b'"ab')) != ka

@@ -510,3 +510,28 @@ def test_per_lm_byte_tables_match_the_tokens():
     assert last_bytes(lm).tolist() == [t[-1] if t else -1 for t in vocab]
     for stop in (b'"', b'"}', b"\xa9"):
         assert stop_tokens(lm, stop).tolist() == [any(b in stop for b in t) for t in vocab]
+
+
+@pytest.mark.parametrize("deep_level", [0, 2, 10**9], ids=["all-arrays", "mixed", "all-nodes"])
+def test_char_table_walk_is_the_same_whether_levels_are_arrays_or_nodes(monkeypatch, deep_level):
+    """The character-table walk steps shallow levels as arrays and the sparse deep levels node
+    by node (``CharTrie.deep``); wherever the cut falls, L_k is the byte walk's."""
+    import potentials.lift as lift_module
+    from potentials.fsm import compile_regex
+
+    monkeypatch.setattr(lift_module, "DEEP_LEVEL", deep_level)
+    vocab = [b"a", b"ab", b"abc", b"abcd", b"abcde", b"b", b"ba", b"bab", b"c", b"aaaaaaa", "日本".encode(),
+             b"<eos>"]
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    lifted = Regex("x").lift(lm)
+    trie = lift_module.CharTrie(vocab, list(range(len(vocab) - 1)))
+    monkeypatch.setattr(lifted, "_lm_table", lambda build, *a: trie if build is lift_module.plain_char_trie
+                        else Lifted._lm_table(lifted, build, *a))
+    for pattern in ["[ab]*", "a+b?c?", "(ab)*a?", "[^c]{0,3}", "a{3,}|b"]:
+        dfa = compile_regex(pattern)
+        for start in (dfa.start, dfa.walk(dfa.start, b"a")):
+            if start is None:
+                continue
+            got = lifted._automata_live([[(dfa, start)]], lifted._lm_table(lift_module.plain_trie))
+            want = [t < len(vocab) - 1 and dfa.walk(start, vocab[t]) is not None for t in range(len(vocab))]
+            assert got.tolist() == want, (pattern, start)
