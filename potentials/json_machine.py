@@ -146,7 +146,7 @@ class Machine:
         out = []
         for node in configs:
             f = node.frame
-            if f[0] != STR or f[2] != 0 or f[3] is not None or f[7] is not None:
+            if not _between_free_characters(f):
                 return None
             facts = f[1].string
             count = f[4] + n
@@ -170,7 +170,7 @@ class Machine:
         best = None
         for node in configs:
             f = node.frame
-            if f[0] != STR or f[2] != 0 or f[3] is not None or f[5] or f[7] is not None:
+            if not _between_free_characters(f) or f[5]:
                 return None
             room = f[1].string.max_len - f[4]
             if best is None or room > best:
@@ -187,7 +187,7 @@ class Machine:
         parts = []
         for node in configs:
             f = node.frame
-            if f[0] != STR or f[2] != 0 or f[3] is not None or f[7] is not None:
+            if not _between_free_characters(f):
                 return None
             facts = f[1].string
             r = facts.max_len - f[4]
@@ -207,7 +207,7 @@ class Machine:
         parts = []
         for node in configs:
             f = node.frame
-            if f[0] != STR or f[2] != 0 or f[3] is not None or f[7] is not None:
+            if not _between_free_characters(f):
                 return None
             facts = f[1].string
             parts.append((facts.dfas, f[5], facts.max_len - f[4]))
@@ -565,6 +565,12 @@ class Machine:
         if value is not None and c.needs_check("string") and not c.scalar_ok("string", value):
             return []
         return self._pop(node, value if is_key else None)
+
+
+def _between_free_characters(f: tuple) -> bool:
+    """Is frame ``f`` a string between two characters (no escape or UTF-8 sequence begun),
+    with no enum/const literals to follow?"""
+    return f[0] == STR and f[2] == 0 and f[3] is None and f[7] is None
 
 
 def _string_next(f: tuple) -> frozenset | None:
