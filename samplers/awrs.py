@@ -391,17 +391,21 @@ class AWRSSampler(TokenSampler):
         z[small] = 1.0
         probs = q / z[:, None]
         c = np.cumsum(probs, axis=1)
-        u = np.array([d.uniform() if not t else 0.0 for d, t in zip(draws, small)])
+        small_rows = small.tolist()
+        u = np.array([d.uniform() if not t else 0.0 for d, t in zip(draws, small_rows)])
         pick = (c <= (u * c[:, -1])[:, None]).sum(axis=1)
+        n = len(support)
+        at = np.minimum(pick, n - 1)
+        # u Z rounded up to Z (as inverse_cdf): the last token of positive mass instead
+        redo = ((pick >= n) | (probs[np.arange(len(rows)), at] <= 0)).tolist()
         out = []
-        for k, b in enumerate(rows):
-            if small[k]:  # log space, one particle at a time
+        for k, (b, tiny, i, again, zk) in enumerate(zip(rows, small_rows, at.tolist(), redo, z.tolist())):
+            if tiny:  # log space, one particle at a time
                 out.append(self._exact_on(support, _Pool(None, streams[b].row, streams[b].cdf), draws[k]))
                 continue
-            i = int(pick[k])
-            if i >= len(support) or probs[k, i] <= 0:  # u Z rounded up to Z (as inverse_cdf)
+            if again:
                 i = int(np.flatnonzero(probs[k] > 0)[-1])
-            out.append((int(support[i]), math.log(float(z[k]))))
+            out.append((int(support[i]), math.log(zk)))
         return out
 
     async def _simulate(self, ctx: tuple[int, ...], pool: _Pool, draw: Draw,
