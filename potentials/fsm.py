@@ -37,6 +37,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
+import threading
 from typing import Any, Iterable
 
 from potentials._compat import (
@@ -555,9 +556,13 @@ class ByteDFA:
 
     ``start`` is the empty prefix's state; ``step(q, b)`` the state after byte b, or None when
     no continuation can reach a full match (exact); ``accepts(q)``: the bytes so far fully match.
+    One automaton may serve several constraints (``Regex`` objects of one pattern, JSON schemas
+    with one pattern), also from several threads: the lazy construction runs under a lock, and
+    reading transitions already built takes none.
     """
 
     def __init__(self, nfa: _NFA, start: int, final: int):
+        self._lock = threading.RLock()
         self._nfa, self._final, self._has_at = nfa, final, nfa.has_assertions
         sets = list(nfa.sets)
         if self._has_at:
@@ -802,7 +807,18 @@ class ByteDFA:
             self._accept.append(None)
         return bid
 
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     def _compute(self, state: int, byte: int) -> int:
+        with self._lock:
+            return self._compute_locked(state, byte)
+
+    def _compute_locked(self, state: int, byte: int) -> int:
         sid, part = self._bstates[state]
         if sid == DEAD:
             return DEAD
@@ -863,20 +879,21 @@ class ByteDFA:
         if len(used) and used[0] < 0:  # a surrogate code point: not from UTF-8 text
             return None
         index, order, rows = {sid: 0}, [sid], []
-        while len(order) > len(rows):
-            if len(order) * len(used) > limit:
-                return None
-            row = []
-            for k in used.tolist():
-                t = self._cstep(order[len(rows)], k)
-                if t == DEAD or not self._live(t):
-                    row.append(-1)
-                    continue
-                if t not in index:
-                    index[t] = len(order)
-                    order.append(t)
-                row.append(index[t])
-            rows.append(row)
+        with self._lock:
+            while len(order) > len(rows):
+                if len(order) * len(used) > limit:
+                    return None
+                row = []
+                for k in used.tolist():
+                    t = self._cstep(order[len(rows)], k)
+                    if t == DEAD or not self._live(t):
+                        row.append(-1)
+                        continue
+                    if t not in index:
+                        index[t] = len(order)
+                        order.append(t)
+                    row.append(index[t])
+                rows.append(row)
         dead = len(order)
         table = np.full((dead + 1, len(used)), dead, dtype=np.int32)
         got = np.asarray(rows, dtype=np.int32).reshape(dead, len(used))
@@ -888,13 +905,15 @@ class ByteDFA:
         got = self._accept[state]
         if got is None:
             sid, part = self._bstates[state]
-            got = self._accept[state] = sid != DEAD and not part and self._caccepts(sid)
+            with self._lock:
+                got = self._accept[state] = sid != DEAD and not part and self._caccepts(sid)
         return got
 
     def live(self, state: int) -> bool:
         """Can some continuation of ``state`` fully match? (False only for a dead ``start``.)"""
         sid, _ = self._bstates[state]
-        return self._live(sid)
+        with self._lock:
+            return self._live(sid)
 
     @property
     def is_empty(self) -> bool:

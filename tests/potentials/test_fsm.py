@@ -428,3 +428,33 @@ def test_next_bytes_is_every_byte_that_steps(pattern, flags):
             continue
         want = [b for b in range(256) if dfa.step(q, b) is not None]
         assert dfa.next_bytes(q) == want, (pattern, head)
+
+
+def test_one_automaton_built_from_several_threads_and_pickled():
+    """Threads that walk one lazily built automaton (as Regex objects of one pattern share it)
+    build the same states as one thread alone; a pickled automaton (in a checkpoint) loads and
+    keeps building."""
+    import pickle
+    import random
+    import threading
+
+    pattern = r"(?:[a-c]{2}\d|x(?:yz)*|é+)+"
+    texts = ["".join(random.Random(k).choice("abcxyz19é") for _ in range(12)).encode() for k in range(400)]
+    want = [compile_regex(pattern).fullmatch(t) for t in texts]
+    shared = compile_regex(pattern)
+    got: dict[int, bool] = {}
+
+    def work(part: int) -> None:
+        for k in range(part, len(texts), 4):
+            got[k] = shared.fullmatch(texts[k])
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [got[k] for k in range(len(texts))] == want == [re.fullmatch(pattern, t.decode()) is not None
+                                                           for t in texts]
+    again = pickle.loads(pickle.dumps(shared))
+    assert [again.fullmatch(t + b"9") for t in texts] == [re.fullmatch(pattern, t.decode() + "9") is not None
+                                                         for t in texts]
