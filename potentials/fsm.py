@@ -584,6 +584,7 @@ class ByteDFA:
         self._bids: dict[tuple[int, tuple[int, ...]], int] = {}
         self._trans: list[list[int]] = []
         self._accept: list[bool | None] = []
+        self._leads: dict[int, tuple[int, ...]] = {}
         self._coreach = None if self._has_at else self._coreachable()
         lbs = tuple(lb._bstates[lb.start][0] for lb, _ in self._lbs)
         init = self._cid(frozenset({(start, 0)}), None if self._has_at else (), lbs)
@@ -634,6 +635,14 @@ class ByteDFA:
 
     def _class_of(self, cp: int) -> int:
         return self._iv_class[bisect.bisect_right(self._bounds, cp) - 1]
+
+    def _lead_classes(self, lead: int) -> tuple[int, ...]:
+        """The classes of the characters whose UTF-8 encoding begins with byte ``lead``."""
+        got = self._leads.get(lead)
+        if got is None:
+            span = _utf8_range((lead,))
+            got = self._leads[lead] = () if span is None else tuple(self._classes_in(*span))
+        return got
 
     def _classes_in(self, lo: int, hi: int) -> set[int]:
         i = bisect.bisect_right(self._bounds, lo) - 1
@@ -934,7 +943,27 @@ class ByteDFA:
                 alive = by_class[k] = self.step(state, b) is not None
             if alive:
                 out.append(b)
-        return out + [b for b in range(0xC2, 0xF5) if self.step(state, b) is not None]
+        # a lead byte lives iff some class of the characters it begins leads to a live state
+        # (``_compute``'s test, here with each class decided once for all the lead bytes)
+        row = self._trans[state]
+        live: dict[int, bool] = {}
+        with self._lock:
+            for b in range(0xC2, 0xF5):
+                t = row[b]
+                if t != UNCOMPUTED:
+                    alive = t != DEAD
+                else:
+                    alive = False
+                    for k in self._lead_classes(b):
+                        v = live.get(k)
+                        if v is None:
+                            v = live[k] = self._live(self._cstep(sid, k))
+                        if v:
+                            alive = True
+                            break
+                if alive:
+                    out.append(b)
+        return out
 
     def fullmatch(self, data: bytes) -> bool:
         q = self.walk(self.start, data)

@@ -458,3 +458,17 @@ def test_one_automaton_built_from_several_threads_and_pickled():
     again = pickle.loads(pickle.dumps(shared))
     assert [again.fullmatch(t + b"9") for t in texts] == [re.fullmatch(pattern, t.decode() + "9") is not None
                                                          for t in texts]
+
+
+@pytest.mark.parametrize("pattern", [r"[0-9]+", r"\w+", r"[^a]*é", r"(?s:.*)(?:[\u0400-\u04ff]{2})(?s:.*)", r"日本|ab"])
+def test_next_bytes_are_the_live_bytes(pattern):
+    """next_bytes (lead bytes decided per character class) is exactly the bytes a step keeps
+    alive, on automata that have not yet built those steps."""
+    reference = compile_regex(pattern)
+    for text in [b"", b"1", b"a", "é".encode(), "д".encode(), "日".encode()]:
+        fresh = compile_regex(pattern)
+        q, r = fresh.walk(fresh.start, text), reference.walk(reference.start, text)
+        if q is None:
+            continue
+        want = [b for b in range(256) if reference.step(r, b) is not None]
+        assert fresh.next_bytes(q) == want, (pattern, text)
