@@ -379,12 +379,6 @@ class Lifted(Potential):
         if len(self._states) > self._cache_size:
             del self._states[next(iter(self._states))]
 
-    async def _weight(self, state: Any) -> float:
-        """prefix weight of a live byte state."""
-        if self.potential.boolean:
-            return 0.0
-        return await self.potential.state_prefix(state)
-
     async def _base(self, ctx: Sequence[int]) -> tuple[Any, float]:
         state = self.state(ctx)
         if state is None:
