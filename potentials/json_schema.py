@@ -44,10 +44,13 @@ class JSONState:
     """Recognizer configurations plus the text read so far (a persistent list of chunks) and
     its length in bytes."""
 
-    __slots__ = ("configs", "chunks", "size")
+    __slots__ = ("configs", "chunks", "size", "accepted")
 
     def __init__(self, configs: frozenset, chunks: tuple | None, size: int = 0):
         self.configs, self.chunks, self.size = configs, chunks, size
+        # JSONSchema.accepts_state's verdict once asked (a finished document is validated whole,
+        # and samplers ask about one context more than once: its support, then its EOS)
+        self.accepted: bool | None = None
 
     def text(self) -> bytes:
         parts = []
@@ -331,6 +334,12 @@ class JSONSchema(BytePotential[JSONState]):
         """Is the text behind ``state`` a finished, valid document?"""
         if not self.machine.finished(state.configs):
             return False
+        if state.accepted is None:
+            state.accepted = self._accepts_document(state)
+        return state.accepted
+
+    def _accepts_document(self, state: JSONState) -> bool:
+        """``accepts_state`` for a state whose configurations finish the document."""
         try:
             value = json.loads(state.text())
         except (ValueError, RecursionError):  # an integer beyond Python's digit limit, or
