@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Callable
 
 from potentials.base import utf8_lead
 
@@ -246,12 +246,7 @@ class Machine:
 
     def _dfa_bytes(self, dfa: Any, q: int) -> frozenset:
         """The bytes that keep automaton ``dfa`` in state ``q`` alive, computed once."""
-        got = self._dfa_live.get((dfa, q))
-        if got is None:
-            if len(self._dfa_live) > 100_000:
-                self._dfa_live.clear()
-            got = self._dfa_live[(dfa, q)] = frozenset(dfa.next_bytes(q))
-        return got
+        return remembered(self._dfa_live, (dfa, q), lambda k: frozenset(k[0].next_bytes(k[1])), 100_000)
 
     @staticmethod
     def all_in_strings(configs: frozenset) -> bool:
@@ -565,6 +560,16 @@ class Machine:
         if value is not None and c.needs_check("string") and not c.scalar_ok("string", value):
             return []
         return self._pop(node, value if is_key else None)
+
+
+def remembered(table: dict, key: Any, compute: Callable[[Any], Any], limit: int) -> Any:
+    """``compute(key)``, kept in ``table`` (cleared once past ``limit`` entries)."""
+    got = table.get(key, table)
+    if got is table:
+        if len(table) > limit:
+            table.clear()
+        got = table[key] = compute(key)
+    return got
 
 
 def _between_free_characters(f: tuple) -> bool:

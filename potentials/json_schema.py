@@ -28,7 +28,7 @@ from jsonschema.exceptions import SchemaError
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.json_clauses import Schemas
-from potentials.json_machine import Machine
+from potentials.json_machine import Machine, remembered
 from potentials.json_drafts import DEFAULT, VALIDATORS, draft_of, strip_declarations
 from potentials.json_patterns import SCHEMA_FORMATS
 
@@ -281,7 +281,7 @@ class JSONSchema(BytePotential[JSONState]):
 
     def _open_start(self, configs: frozenset) -> int | None:
         """The smallest offset at which a checked container still open in ``configs`` starts."""
-        return _remembered(self._starts, configs, self.machine.open_start)
+        return remembered(self._starts, configs, self.machine.open_start, MEMO_LIMIT)
 
     def final_bytes(self) -> bytes:
         """The last byte of each kind of root value the schema lets start (a value's first
@@ -298,7 +298,7 @@ class JSONSchema(BytePotential[JSONState]):
         return self._final
 
     def next_bytes(self, state: JSONState) -> frozenset | None:
-        return _remembered(self._next, state.configs, self.machine.next_bytes)
+        return remembered(self._next, state.configs, self.machine.next_bytes, MEMO_LIMIT)
 
     def alternatives(self, state: JSONState) -> list[JSONState] | None:
         """One state per configuration when there are several and each is inside a string
@@ -358,16 +358,6 @@ class JSONSchema(BytePotential[JSONState]):
         except ValueError:
             return False
         return True
-
-
-def _remembered(table: dict, configs: frozenset, compute: Any) -> Any:
-    """``compute(configs)``, kept in ``table`` (cleared once past MEMO_LIMIT entries)."""
-    got = table.get(configs, table)
-    if got is table:
-        if len(table) > MEMO_LIMIT:
-            table.clear()
-        got = table[configs] = compute(configs)
-    return got
 
 
 def _clip(data: bytes, limit: int = 80) -> str:

@@ -167,19 +167,29 @@ class CharTrie:
             deep -= 1
         self.deep = self.levels[deep]  # the first node stepped one at a time
         self.deep_parent = self.parent[self.deep:].tolist()
-        self.deep_cp = self.cp[self.deep:]
 
-
-def _deep_states(trie: CharTrie, state: np.ndarray, flat: list[int], width: int,
-                 deep_cls: list[int]) -> list[int]:
-    """The automaton states of the trie's deep nodes (``trie.deep`` on), one node at a time,
-    from the states already in ``state`` above them: i_n = flat[i_parent * width + cls_n]."""
-    start, parents = trie.deep, trie.deep_parent
-    upper = state[parents].tolist()  # (read for parents above the deep nodes only)
-    out: list[int] = []
-    for k, (p, c) in enumerate(zip(parents, deep_cls)):
-        out.append(flat[(out[p - start] if p >= start else upper[k]) * width + c])
-    return out
+    def ends_alive(self, table: np.ndarray, cls: np.ndarray, dead: int) -> np.ndarray:
+        """Over ``ids``: does the automaton of ``ByteDFA.char_table`` (T, cls, dead) survive the
+        token's text? i_node = T[i_parent, cls[cp[node]]], level by level from i_root = 0."""
+        width, flat = table.shape[1], table.reshape(-1)
+        deep, parent = self.deep, self.parent
+        node_cls = cls[self.cp]
+        state = np.zeros(len(parent), dtype=np.int32)
+        for lo, hi in zip(self.levels, self.levels[1:]):
+            if lo >= deep:
+                break
+            at = state[parent[lo:hi]]
+            at *= width
+            at += node_cls[lo:hi]
+            state[lo:hi] = flat[at]
+        if deep < len(state):  # the deep nodes, each below an earlier one
+            flat_list, deep_cls = flat.tolist(), node_cls[deep:].tolist()
+            upper = state[self.deep_parent].tolist()  # (read for parents above ``deep`` only)
+            out: list[int] = []
+            for k, (p, c) in enumerate(zip(self.deep_parent, deep_cls)):
+                out.append(flat_list[(out[p - deep] if p >= deep else upper[k]) * width + c])
+            state[deep:] = out
+        return state[self.end] != dead
 
 
 def plain_char_trie(lm: LMBackend, skip: set[int]) -> CharTrie:
@@ -634,22 +644,8 @@ class Lifted(Potential):
                       for a, q in alt]
             if char_trie is not None and all(t is not None for t in tables):
                 keep = None
-                for table, cls, dead in tables:
-                    width, flat = table.shape[1], table.reshape(-1)
-                    deep = char_trie.deep
-                    node_cls = cls[char_trie.cp[:deep]]
-                    state = np.zeros(len(char_trie.parent), dtype=np.int32)
-                    for lo, hi in zip(char_trie.levels, char_trie.levels[1:]):
-                        if lo >= deep:
-                            break
-                        at = state[char_trie.parent[lo:hi]]
-                        at *= width
-                        at += node_cls[lo:hi]
-                        state[lo:hi] = flat[at]
-                    if deep < len(state):
-                        state[deep:] = _deep_states(char_trie, state, flat.tolist(), width,
-                                                    cls[char_trie.deep_cp].tolist())
-                    alive = state[char_trie.end] != dead
+                for table in tables:
+                    alive = char_trie.ends_alive(*table)
                     keep = alive if keep is None else keep & alive
                 in_l = keep if in_l is None else in_l | keep
                 continue
