@@ -39,13 +39,10 @@ def same_result(a: smc.Result, b: smc.Result) -> None:
     assert a.stats["steps"] == b.stats["steps"] and a.stats["tokens"] == b.stats["tokens"]
 
 
-def same_run_up_to_rounding(a: smc.Result, b: smc.Result, tol: float = 1e-4) -> None:
+def same_run_up_to_rounding(a: smc.Result, b: smc.Result, tol: float = 1e-6) -> None:
     """Texts, tokens, finished flags, resampling ancestors and history tokens equal; log weights,
     log_ml and ESS within ``tol``: a real model's log-probs for a context recomputed from a cold KV
-    cache (one prefill) differ from the incrementally decoded ones by float rounding (measured on
-    the embedded model: the same 8-token run on a fresh backend and on one that served other
-    prompts first differ by up to 8e-6 in a step's log weights; a different path would differ by
-    far more than ``tol``)."""
+    cache (one prefill) differ from the incrementally decoded ones by float rounding."""
     key = lambda r: [(s.text, s.token_ids, s.finished) for s in r.samples]  # noqa: E731
     assert key(a) == key(b)
     assert [s.log_weight for s in a.samples] == pytest.approx([s.log_weight for s in b.samples], abs=tol)
@@ -272,6 +269,9 @@ GENERATE_CHILD = textwrap.dedent("""
 def test_generate_on_the_embedded_model_killed_and_resumed(embedded_lm, tmp_path):
     prompt, pattern = "Give me a number.", r"[0-9]{1,3}( [a-z]+)?"
     kw = dict(particles=3, max_tokens=8, seed=0, ess_threshold=0.9, progress=False)
+    # the full run starts from an empty cache, as the child does: rows that other tests' prompts
+    # left cached differ from fresh ones by float rounding (up to 8e-6 in a step's log weights)
+    embedded_lm.clear_cache()
     full = smc.generate(prompt, Regex(pattern), lm=embedded_lm, **kw)
     assert len(full.history) >= 4
     path = tmp_path / "gen.ckpt"
