@@ -37,6 +37,7 @@ from potentials.json_drafts import (
     draft_of,
     view,
 )
+from potentials import json_patterns
 from potentials.json_patterns import maybe_search
 
 TYPES = ("null", "boolean", "object", "array", "string", "number")
@@ -52,9 +53,32 @@ _LOOSE_CONTAINER = frozenset(
      "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedItems",
      "unevaluatedProperties", "$recursiveRef"}
 )
+# a member whose only keywords the validator knows are these checks a string without it
+_STRING_WORDS = frozenset({"type", "format", "minLength", "maxLength", "pattern"})
 _LOOSE_NUMBER = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "enum", "const"}
 )
+
+
+def _string_ok(raw: dict, value: str, checker: Any) -> bool:
+    """``value`` against the ``type``, ``minLength``, ``maxLength``, ``pattern`` and ``format``
+    of ``raw``, as jsonschema's keywords check a string (lengths in code points, the pattern
+    searched by json_patterns.search, the format by the validator's format checker)."""
+    t = raw.get("type")
+    if t is not None and not (t == "string" or isinstance(t, list) and "string" in t):
+        return False
+    lo, hi = raw.get("minLength"), raw.get("maxLength")
+    if _is_number(lo) and len(value) < lo or _is_number(hi) and len(value) > hi:
+        return False
+    pattern = raw.get("pattern")
+    if isinstance(pattern, str) and not json_patterns.search(pattern, value):
+        return False
+    fmt = raw.get("format")
+    return checker is None or not isinstance(fmt, str) or checker.conforms(value, fmt)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def json_type(value: Any) -> str:
@@ -340,18 +364,19 @@ class Clause:
 
     def value_alternatives(self, key: str) -> tuple:
         """Clauses for the value of property ``key``."""
-        named, patterned = self._memo("named", self._named_keys)
-        if key not in named and not patterned:
-            # every key no member names gets the same clauses (additionalProperties, or none):
-            # one entry, not one per candidate name a mask tries
-            return self._memo("value-other", lambda: self._value_alternatives(key))
-        return self._memo(("value", key), lambda: self._value_alternatives(key))
+        named, patterns = self._memo("named", self._named_keys)
+        if key in named:
+            return self._memo(("value", key), lambda: self._value_alternatives(key))
+        # a key no member names gets clauses that depend only on which patternProperties it
+        # matches: one entry per verdict vector, not one per candidate name a mask tries
+        hits = tuple(maybe_search(p, key) for p in patterns)
+        return self._memo(("value-other", hits), lambda: self._value_alternatives(key, hits))
 
-    def _named_keys(self) -> tuple[frozenset, bool]:
-        """(the keys some member names: ``properties`` or a const object's, whether some
-        member has ``patternProperties``)."""
+    def _named_keys(self) -> tuple[frozenset, tuple]:
+        """(the keys some member names: ``properties`` or a const object's, the members'
+        patternProperties patterns in the order ``_value_alternatives`` reads them)."""
         named: set = set()
-        patterned = False
+        patterns: list = []
         for m in self.members:
             if isinstance(m, Const) and isinstance(m.value, dict):
                 named |= set(m.value)
@@ -359,11 +384,15 @@ class Clause:
                 s = m.contents
                 if isinstance(s.get("properties"), dict):
                     named |= set(s["properties"])
-                patterned = patterned or isinstance(s.get("patternProperties"), dict)
-        return frozenset(named), patterned
+                if isinstance(s.get("patternProperties"), dict):
+                    patterns.extend(s["patternProperties"])
+        return frozenset(named), tuple(patterns)
 
-    def _value_alternatives(self, key: str) -> tuple:
+    def _value_alternatives(self, key: str, hits: tuple | None = None) -> tuple:
+        """``hits``: the verdicts of ``maybe_search`` for the patterns of ``_named_keys``
+        on ``key``, when already known."""
         sch = self.schemas
+        verdicts = iter(hits) if hits is not None else None
         parts: list = []
         for m in self.members:
             if isinstance(m, Const) and isinstance(m.value, dict):
@@ -378,7 +407,7 @@ class Clause:
                 pats = s.get("patternProperties")
                 if isinstance(pats, dict):
                     for p, sub in pats.items():
-                        hit = maybe_search(p, key)
+                        hit = maybe_search(p, key) if verdicts is None else next(verdicts)
                         if hit:
                             parts.append(sch.child(m, sub))
                         # undecided in time: neither this subschema nor additionalProperties
@@ -636,23 +665,34 @@ class Schemas:
         if isinstance(m, KeyPattern):
             return maybe_search(m.pattern, value) is not False
         raw = m.raw
-        if self.dynamic:
-            # Dynamic scope is lost out of context; check only the scalar's own keywords.
-            schema, resolver = {k: v for k, v in raw.items() if k in _SCALAR_WORDS}, None
-            if before(m.draft, "draft2019-09") and "$ref" in raw:
-                schema = {}  # $ref's siblings are not keywords there
-        else:
-            # $schema is dropped so that jsonschema keeps this draft's class (its regex search)
-            schema, resolver = {k: v for k, v in raw.items() if k != "$schema"}, m.resolver
-        validator = self.validators.get(m.draft)
+        validator = self._validator(m.draft)
         if validator is None:
-            if self._make_validator is None:
-                return True  # no validator for this nested draft: checked at complete
-            validator = self.validators[m.draft] = self._make_validator(m.draft)
+            return True  # no validator for this nested draft: checked at complete
         try:
+            if isinstance(value, str) and isinstance(raw, dict) and all(
+                    k in _STRING_WORDS or k not in validator.VALIDATORS for k in raw):
+                # a mask's walk ends the string once per candidate token's text: these few
+                # keywords are checked as jsonschema checks them, without a validator pass
+                return _string_ok(raw, value, validator.format_checker)
+            if self.dynamic:
+                # Dynamic scope is lost out of context; check only the scalar's own keywords.
+                schema, resolver = {k: v for k, v in raw.items() if k in _SCALAR_WORDS}, None
+                if before(m.draft, "draft2019-09") and "$ref" in raw:
+                    schema = {}  # $ref's siblings are not keywords there
+            else:
+                # $schema is dropped so that jsonschema keeps this draft's class (its regex search)
+                schema, resolver = {k: v for k, v in raw.items() if k != "$schema"}, m.resolver
             return with_resolver(validator, schema, resolver).is_valid(value)
         except Exception:  # undecidable here (the validator raised, a pattern timed out)
             return True
+
+    def _validator(self, draft: str) -> Any:
+        """The validator (with format checking) that checks members of ``draft``; None when
+        there is none for that nested draft."""
+        validator = self.validators.get(draft)
+        if validator is None and self._make_validator is not None:
+            validator = self.validators[draft] = self._make_validator(draft)
+        return validator
 
     def check_refs(self) -> None:
         """Resolve every reachable $ref now (ValueError naming the first that fails)."""

@@ -187,6 +187,7 @@ class JSONSchema(BytePotential[JSONState]):
         self._memo: dict = {}
         self._canon: dict = {}
         self._starts: dict = {}
+        self._last_text: tuple = (None, b"")  # (chunks, their text) of the last mask_key
         self._next: dict = {}
         self._initial = JSONState(self.machine.initial(), None)
         self._final: bytes | None = None
@@ -271,7 +272,12 @@ class JSONSchema(BytePotential[JSONState]):
         start = self._open_start(state.configs)
         if start is None:
             return state.configs
-        return (state.configs, state.text()[start:])
+        # the text of the last state asked (a state's ``alternatives`` share its text: each
+        # asks for its key, and decoding the chunks costs as much as the document is long)
+        last = self._last_text
+        if last[0] is not state.chunks:
+            last = self._last_text = (state.chunks, state.text())
+        return (state.configs, last[1][start:])
 
     def completion_key(self, state: JSONState) -> Any:
         """The recognizer configurations alone: the text inside an open container changes

@@ -454,3 +454,62 @@ def test_schemas_with_one_pattern_share_its_automaton():
     assert ka is not None and ka == kb
     other = JSONSchema({"type": "string", "pattern": "^[a-y]+$"})
     assert other.plain_text_key(other.state_of(b'"ab')) != ka
+
+
+PATTERNED = {
+    "type": "object",
+    "properties": {"id": {"type": "integer"}},
+    "patternProperties": {"^x-": {"type": "boolean"}, "n$": {"type": "number"}},
+    "additionalProperties": {"type": "string"},
+}
+
+
+@pytest.mark.parametrize("doc", [
+    {"id": 1, "x-a": True, "len": 2.5, "name": "s"}, {"x-n": True}, {"x-n": 1}, {"z": 1},
+    {"id": "1"}, {"x-b": "s"}, {"pan": "s"}, {"other": "s", "more": "t"},
+])
+async def test_unnamed_keys_share_clauses_by_pattern_verdicts(doc):
+    """A key no property names gets its value's clauses from which patternProperties it
+    matches: names with the same verdicts share one entry, and the recognizer still agrees
+    with jsonschema on every document (a key matching both patterns must satisfy both)."""
+    pot = JSONSchema(PATTERNED)
+    text = json.dumps(doc)
+    want = Draft202012Validator(PATTERNED).is_valid(doc)
+    assert (await complete(pot, text) == 0.0) == want
+    root = pot.schemas.expand([pot.schemas.root])[0]
+    assert root.value_alternatives("x-a") is root.value_alternatives("x-zz")
+    assert root.value_alternatives("pan") is root.value_alternatives("len")
+    assert root.value_alternatives("other") is root.value_alternatives("more")
+    assert root.value_alternatives("x-a") != root.value_alternatives("other")
+    assert root.value_alternatives("x-n") != root.value_alternatives("x-a")
+
+
+@pytest.mark.parametrize("draft", ["http://json-schema.org/draft-04/schema#",
+                                   "http://json-schema.org/draft-07/schema#",
+                                   "https://json-schema.org/draft/2020-12/schema"])
+@pytest.mark.parametrize("member", [
+    {"type": "string", "format": "date-time"}, {"format": "email", "title": "mail"},
+    {"type": ["string", "null"], "format": "ipv4"}, {"type": "integer", "format": "date"},
+    {"type": "string", "format": "uuid", "description": "no checker in old drafts"},
+    {"format": "date", "minLength": 10, "maxLength": 10, "propertyOrder": 3},
+    {"format": "ipv4", "pattern": "^10[.]"}, {"format": "date", "enum": ["2024-01-01", "ab"]},
+])
+async def test_string_checks_are_jsonschema_verdicts(draft, member):
+    """A string member whose only keywords are type, format, lengths and pattern (and
+    annotations or unknown words) is checked without a validator pass, any other with it;
+    the verdicts are jsonschema's, per draft, when the string ends."""
+    import jsonschema
+
+    schema = {"$schema": draft, "type": "object", "additionalProperties": member}
+    cls = jsonschema.validators.validator_for(schema)
+    check = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    pot = JSONSchema(schema)
+    alone = JSONSchema({"$schema": draft, **member})  # the member as a root: checked directly
+    for value in ["2024-02-30T10:00:00Z", "2024-01-01T10:00:00Z", "2024-01-01", "a@b.org", "ab",
+                  "10.0.0.1", "10.0.0.300", "192.168.0.1", "123e4567-e89b-12d3-a456-426614174000",
+                  "12-e89b"]:
+        doc = {"k": value}
+        got = await prefix(pot, json.dumps(doc)) == 0.0
+        assert got == check.is_valid(doc), (member, value)
+        want = check.evolve(schema=member).is_valid(value)
+        assert alone.schemas.member_accepts(alone.schemas.root, value) == want, (member, value)
