@@ -584,7 +584,8 @@ class ByteDFA:
         self._bids: dict[tuple[int, tuple[int, ...]], int] = {}
         self._trans: list[list[int]] = []
         self._accept: list[bool | None] = []
-        self._leads: dict[int, tuple[int, ...]] = {}
+        self._leads: dict[tuple[int, ...], tuple[int, ...] | None] = {}
+        self._cps_classes: tuple | None = None  # (code points, their classes) of char_table
         self._coreach = None if self._has_at else self._coreachable()
         lbs = tuple(lb._bstates[lb.start][0] for lb, _ in self._lbs)
         init = self._cid(frozenset({(start, 0)}), None if self._has_at else (), lbs)
@@ -638,10 +639,22 @@ class ByteDFA:
 
     def _lead_classes(self, lead: int) -> tuple[int, ...]:
         """The classes of the characters whose UTF-8 encoding begins with byte ``lead``."""
-        got = self._leads.get(lead)
-        if got is None:
-            span = _utf8_range((lead,))
-            got = self._leads[lead] = () if span is None else tuple(self._classes_in(*span))
+        return self._prefix_classes((lead,)) or ()
+
+    def _prefix_classes(self, part: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The classes of the characters whose UTF-8 encoding begins with the bytes ``part``
+        (one class when ``part`` is a whole character), None when no character does; kept
+        per prefix, since every state's lead and continuation bytes ask it again."""
+        got = self._leads.get(part, self)
+        if got is self:
+            span = _utf8_range(part)
+            if span is None:
+                got = None
+            elif len(part) == _utf8_len(part[0]):
+                got = (self._class_of(span[0]),)
+            else:
+                got = tuple(sorted(self._classes_in(*span)))
+            self._leads[part] = got
         return got
 
     def _classes_in(self, lo: int, hi: int) -> set[int]:
@@ -835,13 +848,13 @@ class ByteDFA:
         if len(part) == 1 and byte < 0x80:
             t = self._cstep(sid, self._ascii_class[byte])
             return self._bid(t, ()) if self._live(t) else DEAD
-        span = _utf8_range(part)
-        if span is None:
+        classes = self._prefix_classes(part)
+        if classes is None:
             return DEAD
         if len(part) == _utf8_len(part[0]):
-            t = self._cstep(sid, self._class_of(span[0]))
+            t = self._cstep(sid, classes[0])
             return self._bid(t, ()) if self._live(t) else DEAD
-        for k in self._classes_in(*span):
+        for k in classes:
             if self._live(self._cstep(sid, k)):
                 return self._bid(sid, part)
         return DEAD
@@ -882,18 +895,25 @@ class ByteDFA:
         sid, part = self._bstates[state]
         if part or sid == DEAD:
             return None
-        idx = np.searchsorted(np.asarray(self._bounds), cps, side="right") - 1
-        classes = np.asarray(self._iv_class, dtype=np.int64)[idx]
-        used, cls = np.unique(classes, return_inverse=True)
+        got = self._cps_classes
+        if got is None or got[0] is not cps:
+            # the same character set (an LM's plain characters) comes with every state: its
+            # classes are computed once
+            idx = np.searchsorted(np.asarray(self._bounds), cps, side="right") - 1
+            classes = np.asarray(self._iv_class, dtype=np.int64)[idx]
+            used, cls = np.unique(classes, return_inverse=True)
+            got = self._cps_classes = (cps, used, cls.astype(np.int32).reshape(-1))
+        _, used, cls = got
         if len(used) and used[0] < 0:  # a surrogate code point: not from UTF-8 text
             return None
         index, order, rows = {sid: 0}, [sid], []
+        kinds = used.tolist()
         with self._lock:
             while len(order) > len(rows):
-                if len(order) * len(used) > limit:
+                if len(order) * len(kinds) > limit:
                     return None
                 row = []
-                for k in used.tolist():
+                for k in kinds:
                     t = self._cstep(order[len(rows)], k)
                     if t == DEAD or not self._live(t):
                         row.append(-1)
@@ -907,7 +927,7 @@ class ByteDFA:
         table = np.full((dead + 1, len(used)), dead, dtype=np.int32)
         got = np.asarray(rows, dtype=np.int32).reshape(dead, len(used))
         table[:dead] = np.where(got < 0, dead, got)
-        return table, cls.astype(np.int32).reshape(-1), dead
+        return table, cls, dead
 
     def accepts(self, state: int) -> bool:
         """Do the bytes that led to ``state`` fully match?"""

@@ -199,18 +199,18 @@ class Machine:
         return None if room is None else (frozenset(parts), room)
 
     def inner_text_key(self, configs: frozenset) -> frozenset | None:
-        """When every configuration is inside a string, between characters, with no enum/const
-        literals: {(pattern automata, their states, maxLength - characters read)}. Bytes
-        other than the closing quote keep a configuration inside its string, where only these
-        decide whether it lives (escapes, UTF-8 and control bytes are checked the same way in
-        every string; the text and the stack below are not read). Else None."""
+        """When every configuration is inside a string: {(pattern automata, their states,
+        maxLength - characters read, escape and UTF-8 progress, enum/const literals and the
+        position in them)}. Bytes other than the closing quote keep a configuration inside
+        its string, where only these decide whether it lives (the text and the stack below
+        are not read). Else None."""
         parts = []
         for node in configs:
             f = node.frame
-            if not _between_free_characters(f):
+            if f[0] != STR:
                 return None
             facts = f[1].string
-            parts.append((facts.dfas, f[5], facts.max_len - f[4]))
+            parts.append((facts.dfas, f[5], facts.max_len - f[4], f[2], f[3], f[6], f[7]))
         return frozenset(parts) if parts else None
 
     def next_bytes(self, configs: frozenset) -> frozenset | None:

@@ -134,6 +134,9 @@ def plain_trie(lm: LMBackend, skip: set[int]) -> VocabTrie:
 
 #: levels of a CharTrie with fewer nodes than this, from some depth on, are walked node by node
 DEEP_LEVEL = 64
+#: a CharTrie level is stepped below its live parents only when they are fewer than its
+#: nodes over this
+SPARSE_SHARE = 8
 
 
 class CharTrie:
@@ -167,23 +170,49 @@ class CharTrie:
             deep -= 1
         self.deep = self.levels[deep]  # the first node stepped one at a time
         self.deep_parent = self.parent[self.deep:].tolist()
+        # a node's children are contiguous (the nodes of one level are sorted by text), and
+        # parents never decrease from one node to the next
+        kids = self.parent[1:]
+        nodes = np.arange(len(self.parent))
+        self.first = (np.searchsorted(kids, nodes, side="left") + 1).astype(np.int64)
+        self.n_kids = (np.searchsorted(kids, nodes, side="right") + 1 - self.first).astype(np.int64)
 
     def ends_alive(self, table: np.ndarray, cls: np.ndarray, dead: int) -> np.ndarray:
         """Over ``ids``: does the automaton of ``ByteDFA.char_table`` (T, cls, dead) survive the
-        token's text? i_node = T[i_parent, cls[cp[node]]], level by level from i_root = 0."""
+        token's text? i_node = T[i_parent, cls[cp[node]]], level by level from i_root = 0.
+
+        A level is stepped only below the nodes still alive when they are few (a pattern
+        that allows few characters: dates, identifiers, enum-like alternations), else as a
+        whole level; the sparse deep levels node by node."""
         width, flat = table.shape[1], table.reshape(-1)
-        deep, parent = self.deep, self.parent
-        node_cls = cls[self.cp]
-        state = np.zeros(len(parent), dtype=np.int32)
-        for lo, hi in zip(self.levels, self.levels[1:]):
-            if lo >= deep:
+        deep, parent, levels = self.deep, self.parent, self.levels
+        state = np.full(len(parent), dead, dtype=np.int32)
+        state[0] = 0
+        alive = np.zeros(1, dtype=np.int64)  # the live nodes of the level just stepped
+        for lo, hi in zip(levels, levels[1:]):
+            if lo >= deep or not len(alive):
                 break
-            at = state[parent[lo:hi]]
-            at *= width
-            at += node_cls[lo:hi]
-            state[lo:hi] = flat[at]
-        if deep < len(state):  # the deep nodes, each below an earlier one
-            flat_list, deep_cls = flat.tolist(), node_cls[deep:].tolist()
+            if len(alive) * SPARSE_SHARE < hi - lo:
+                counts = self.n_kids[alive]
+                total = int(counts.sum())
+                if not total:
+                    break
+                # the children of the live nodes: each one's contiguous range, concatenated
+                ends = np.cumsum(counts)
+                kids = np.arange(total) + np.repeat(self.first[alive] - (ends - counts), counts)
+                at = np.repeat(state[alive], counts) * width
+                at += cls[self.cp[kids]]
+                got = flat[at]
+                state[kids] = got
+                alive = kids[got != dead]
+            else:
+                at = state[parent[lo:hi]] * width
+                at += cls[self.cp[lo:hi]]
+                got = flat[at]
+                state[lo:hi] = got
+                alive = np.flatnonzero(got != dead) + lo
+        if deep < len(state) and len(alive):  # the deep nodes, each below an earlier one
+            flat_list, deep_cls = flat.tolist(), cls[self.cp[deep:]].tolist()
             upper = state[self.deep_parent].tolist()  # (read for parents above ``deep`` only)
             out: list[int] = []
             for k, (p, c) in enumerate(zip(self.deep_parent, deep_cls)):
@@ -277,6 +306,12 @@ def stop_tokens(lm: LMBackend, stop: bytes) -> np.ndarray:
     return _per_lm(lm, ("has-stop", bytes(stop)), build)
 
 
+def plain_stopped(lm: LMBackend, skip: set[int], stop: bytes) -> bool:
+    """Does some plain token contain a byte of ``stop``? (``stop_tries`` leaves plain tokens
+    out, so ``Lifted._union_mask`` then walks the whole trie.)"""
+    return bool((plain_tokens(lm, skip)[0] & stop_tokens(lm, stop)).any())
+
+
 def plain_tokens(lm: LMBackend, skip: set[int]) -> tuple[np.ndarray, np.ndarray, VocabTrie]:
     """(which tokens are plain text, their character counts, the trie of all other tokens),
     ``skip`` ids excluded everywhere; built once per LM and skip set."""
@@ -335,12 +370,15 @@ class Lifted(Potential):
         # plain_text_key k -> (which plain tokens satisfy L_k among those of at most B chars, B)
         self._plain_masks: OrderedDict[Any, tuple[np.ndarray, float]] = OrderedDict()
         self.plain_mask_cache_size = 64
-        # inner_text_key k -> the live non-plain tokens without a stop byte
+        # inner_text_key k -> the live non-plain tokens without a stop byte, and (for the
+        # alternatives of a state) the mask of every live token without one
         self._inner: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self._nonstop: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.inner_cache_size = 256
-        if potential.shares_text_keys:  # one pair of caches per LM and class
-            self._plain_masks, self._inner = _per_lm(
-                lm, ("text-keys", type(potential)), lambda: (OrderedDict(), OrderedDict()))
+        if potential.shares_text_keys:  # one set of caches per LM and class
+            self._plain_masks, self._inner, self._nonstop = _per_lm(
+                lm, ("text-keys", type(potential)),
+                lambda: (OrderedDict(), OrderedDict(), OrderedDict()))
         # complete_key k -> the tokens after which the text can end (``finishing``)
         self._finishing: OrderedDict[Any, np.ndarray] = OrderedDict()
         self._final: np.ndarray | None = None
@@ -562,30 +600,33 @@ class Lifted(Potential):
 
     async def _mask(self, state: Any) -> np.ndarray:
         """Boolean potentials: which non-EOS tokens keep the byte state alive. Without a
-        plain-text shortcut of its own, a state whose ``alternatives`` have one is the union
-        of their masks; else the whole trie is walked."""
-        pot = self.potential
-        budget = pot.plain_text_budget(state)
-        key = None
-        if budget is None:
-            split = pot.plain_text_key(state)
-            if split is None:
-                parts = pot.alternatives(state)
-                if parts and any(pot.plain_text_budget(p) is not None
-                                 or pot.plain_text_key(p) is not None for p in parts):
-                    mask = np.zeros(self.size, dtype=bool)
-                    for part in parts:
-                        mask |= await self._cached_mask(part)
-                    return mask
-                return np.isfinite(await self._walk(state, 0.0, self._full_trie()))
-            key, budget = split
+        plain-text shortcut of its own, a state is masked through its ``alternatives``
+        (``_union_mask``) or by a walk of the whole trie."""
+        shortcut = self._shortcut(state)
+        if shortcut is None:
+            return await self._union_mask(state)
         if self._plain is None:
             self._plain = self._lm_table(plain_tokens)
-        plain, chars, others = self._plain
-        mask = await self._others_mask(state, others)
+        mask = await self._others_mask(state, self._plain[2])
+        mask |= await self._plain_part(state, *shortcut)
+        return mask
+
+    def _shortcut(self, state: Any) -> tuple[Any, float] | None:
+        """(plain key or None, budget B) from ``plain_text_budget`` or ``plain_text_key``."""
+        pot = self.potential
+        budget = pot.plain_text_budget(state)
+        if budget is not None:
+            return None, budget
+        return pot.plain_text_key(state)
+
+    async def _plain_part(self, state: Any, key: Any, budget: float) -> np.ndarray:
+        """Which plain tokens keep ``state`` alive, from its shortcut: those of at most
+        ``budget`` characters, and in L_k (kept per plain key k) when there is a key."""
+        if self._plain is None:
+            self._plain = self._lm_table(plain_tokens)
+        plain, chars, _ = self._plain
         if key is None:
-            mask |= plain & (chars <= budget)
-            return mask
+            return plain & (chars <= budget)
         got = self._plain_masks.get(key)
         if got is None or got[1] < budget:
             # L_k on the plain tokens of at most `budget` characters (all of them when no plain
@@ -595,14 +636,55 @@ class Lifted(Potential):
             if automata is not None:  # L_k for every plain token, whatever its length
                 got = (self._automata_live(automata, trie), math.inf)
             else:
-                alive = np.isfinite(await self._walk(state, 0.0, trie))
+                alive = await self._walk_mask(state, trie)
                 got = (alive, math.inf if budget >= chars.max(initial=0) else budget)
             self._plain_masks[key] = got
             if len(self._plain_masks) > self.plain_mask_cache_size:
                 self._plain_masks.popitem(last=False)
         else:
             self._plain_masks.move_to_end(key)
-        mask |= got[0] & (chars <= budget)
+        return got[0] & (chars <= budget)
+
+    async def _union_mask(self, state: Any) -> np.ndarray:
+        """A state whose ``alternatives`` all have an ``inner_text_key`` with one stop set S
+        (JSON: configurations inside strings, S the quote):
+
+            mask(s) = walk(s, tokens with a byte of S)  |  OR_i nonstop(s_i)
+
+        the tokens with a stop byte walked once from the whole state (they may close the
+        string and read the document around it), the others through each alternative's
+        ``_nonstop_mask``, kept per inner key. Any other state: a walk of the whole trie."""
+        pot = self.potential
+        parts = pot.alternatives(state)
+        inners = [pot.inner_text_key(part) for part in parts] if parts else []
+        stops = {None if k is None else bytes(k[1]) for k in inners}
+        stop = stops.pop() if len(stops) == 1 else None
+        if stop is None or self._lm_table(plain_stopped, stop):
+            return await self._walk_mask(state, self._full_trie())
+        mask = await self._walk_mask(state, self._lm_table(stop_tries, stop)[1])
+        for part, (key, _) in zip(parts, inners):
+            mask |= await self._nonstop_mask(part, key, stop)
+        return mask
+
+    async def _nonstop_mask(self, state: Any, key: Any, stop: bytes) -> np.ndarray:
+        """Which tokens without a byte of ``stop`` keep ``state`` alive, a function of its
+        ``inner_text_key`` ``key`` (kept per key): the plain tokens (none has a stop byte:
+        ``_union_mask``) through the state's shortcut or a walk of their trie, the others as
+        in ``_others_mask``."""
+        got = self._nonstop.get(key)
+        if got is not None:
+            self._nonstop.move_to_end(key)
+            return got
+        shortcut = self._shortcut(state)
+        if shortcut is not None:
+            mask = await self._plain_part(state, *shortcut)
+        else:
+            mask = await self._walk_mask(state, self._lm_table(plain_trie))
+        free = self._lm_table(stop_tries, stop)[0]
+        mask[await self._inner_alive(state, key, stop, free)] = True
+        self._nonstop[key] = mask
+        if len(self._nonstop) > self.inner_cache_size:
+            self._nonstop.popitem(last=False)
         return mask
 
     async def _inner_live(self, state: Any, stop: bytes, free: VocabTrie) -> np.ndarray:
@@ -614,11 +696,11 @@ class Lifted(Potential):
         split = pot.plain_text_key(state)
         automata = None if split is None else pot.plain_text_automata(split[0])
         if automata is None:
-            return np.isfinite(await self._walk(state, 0.0, free))
+            return await self._walk_mask(state, free)
         raw, rest = self._lm_table(raw_tries, stop)
         live = self._automata_live(automata, raw, chars=False)
         live &= self._lm_table(begun_chars) <= split[1]
-        live |= np.isfinite(await self._walk(state, 0.0, rest))
+        live |= await self._walk_mask(state, rest)
         return live
 
     def _automata_live(self, automata: Sequence[Sequence[tuple[Any, Any]]],
@@ -680,10 +762,15 @@ class Lifted(Potential):
         others walked here; all walked when there is no such key."""
         inner = self.potential.inner_text_key(state)
         if inner is None:
-            return np.isfinite(await self._walk(state, 0.0, others))
+            return await self._walk_mask(state, others)
         key, stop = inner
         free, stopped = self._lm_table(stop_tries, stop)
-        mask = np.isfinite(await self._walk(state, 0.0, stopped))
+        mask = await self._walk_mask(state, stopped)
+        mask[await self._inner_alive(state, key, stop, free)] = True
+        return mask
+
+    async def _inner_alive(self, state: Any, key: Any, stop: bytes, free: VocabTrie) -> np.ndarray:
+        """The ids of ``_inner_live``, kept per inner key."""
         alive = self._inner.get(key)
         if alive is None:
             alive = self._inner[key] = np.flatnonzero(await self._inner_live(state, stop, free))
@@ -691,8 +778,7 @@ class Lifted(Potential):
                 self._inner.popitem(last=False)
         else:
             self._inner.move_to_end(key)
-        mask[alive] = True
-        return mask
+        return alive
 
     def _lm_table(self, build: Callable[..., Any], *args: Any) -> Any:
         """``build(lm, skipped ids, *args)``: a per-LM table (built once per LM), looked up
@@ -762,6 +848,15 @@ class Lifted(Potential):
             else:
                 descend(node, kids, here)
         self.stats["trie_nodes_visited"] += visited
+
+    async def _walk_mask(self, state: Any, trie: VocabTrie) -> np.ndarray:
+        """Boolean potentials: which tokens of ``trie`` keep ``state`` alive."""
+        found: list[int] = []
+        for toks, _ in self._live_nodes(state, trie):
+            found.extend(toks)
+        mask = np.zeros(self.size, dtype=bool)
+        mask[found] = True
+        return mask
 
     async def _walk(self, state: Any, base: float, trie: VocabTrie) -> np.ndarray:
         """Weights prefix(x t) - base of the tokens t in ``trie``, from the byte state of x

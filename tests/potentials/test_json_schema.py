@@ -73,9 +73,9 @@ class TestTupleContract(Contract, MaskKeyContract):
     texts = ["[true,null]", "[false,null,1]", "[null]"]
 
 
-class TestEnumContract(Contract, MaskKeyContract):
+class TestEnumContract(Contract, MaskKeyContract, InnerTextKeyContract):
     schema = ENUM
-    texts = ['"green"', '"gray"', "7", "[1,\"x\"]", '{"k":true}', "null"]
+    texts = ['"green"', '"gray"', "7", "[1,\"x\"]", '{"k":true}', "null", '"\\u0067reen"']
 
 
 class TestRecursiveRefContract(Contract):
@@ -92,7 +92,7 @@ ENUM_OR_TEXT = {"anyOf": [{"enum": ["red", "green", "gré"]}, {"type": "string",
                           {"type": "string", "maxLength": 3}]}
 
 
-class TestEnumOrTextContract(Contract, MaskKeyContract):
+class TestEnumOrTextContract(Contract, MaskKeyContract, InnerTextKeyContract):
     """String states with several configurations (enum literals, a pattern, free text): the
     contract checks their ``alternatives``."""
 

@@ -195,6 +195,10 @@ def test_char_trie_spells_every_plain_token_level_by_level():
             node = int(trie.parent[node])
         assert text == vocab[t].decode()
     assert sorted(trie.ids.tolist()) == [0, 1, 2, 3, 5, 6] and depth.max() == 3
+    # each node's children are the contiguous range first .. first + n_kids
+    for node in range(len(trie.parent)):
+        kids = [k for k in range(1, len(trie.parent)) if trie.parent[k] == node]
+        assert kids == list(range(trie.first[node], trie.first[node] + trie.n_kids[node]))
 
 
 def _partial_char_tokens(vocab: list[bytes], k: int) -> list[int]:
@@ -502,6 +506,31 @@ async def test_string_alternatives_masks_are_the_union():
     assert split >= 5
 
 
+async def test_string_alternatives_inside_a_checked_array_reuse_their_inner_masks():
+    """Inside a container checked when it closes (uniqueItems), the state's mask key holds the
+    text; the tokens without a quote are still masked per configuration's inner key, so a
+    second text reaching the same string configurations reuses them, and the tokens with a
+    quote (which may close the array and read its text) are walked per state: every mask
+    equals the brute force, duplicates included."""
+    vocab = JSON_TOY_VOCAB + [b"r", b"g", b"gr", b"re", b"een", b"ed", b"d", b"e", b'"r',
+                              b'","', b'"]', b'","r']
+    eos = vocab.index(b"<eos>")
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    byte_pot = JSONSchema({"type": "array", "uniqueItems": True, "items": {"anyOf": [
+        {"enum": ["red", "green"]}, {"type": "string", "maxLength": 3}]}})
+    lifted = byte_pot.lift(lm)
+    texts = ['["r', '["re', '["red', '["red","r', '["red","re', '["red","red', '["ab","r',
+             '["ab","re', '["ab","red', '["gr', '["ab","gr']
+    split = await _masks_match_brute_force([lifted], texts, vocab, eos, byte_pot.alternatives)
+    assert split == len(texts)
+    # '["re' and '["ab","re' (and the others after one item) have equal inner keys
+    keys = {byte_pot.inner_text_key(byte_pot.state_of(t.encode()))[0] for t in texts}
+    assert len(keys) < len(texts)
+    assert len(lifted._nonstop) == len({k for t in texts
+                                        for p in byte_pot.alternatives(byte_pot.state_of(t.encode()))
+                                        for k in [byte_pot.inner_text_key(p)[0]]})
+
+
 def test_per_lm_byte_tables_match_the_tokens():
     from potentials.lift import last_bytes, stop_tokens
 
@@ -512,14 +541,18 @@ def test_per_lm_byte_tables_match_the_tokens():
         assert stop_tokens(lm, stop).tolist() == [any(b in stop for b in t) for t in vocab]
 
 
+@pytest.mark.parametrize("sparse_share", [0, 2, 10**9], ids=["live-only", "mixed", "whole-levels"])
 @pytest.mark.parametrize("deep_level", [0, 2, 10**9], ids=["all-arrays", "mixed", "all-nodes"])
-def test_char_table_walk_is_the_same_whether_levels_are_arrays_or_nodes(monkeypatch, deep_level):
-    """The character-table walk steps shallow levels as arrays and the sparse deep levels node
-    by node (``CharTrie.deep``); wherever the cut falls, L_k is the byte walk's."""
+def test_char_table_walk_is_the_same_whether_levels_are_arrays_or_nodes(monkeypatch, deep_level,
+                                                                         sparse_share):
+    """The character-table walk steps shallow levels as arrays (below the live nodes only, or
+    whole) and the sparse deep levels node by node (``CharTrie.deep``); wherever the cuts
+    fall, L_k is the byte walk's."""
     import potentials.lift as lift_module
     from potentials.fsm import compile_regex
 
     monkeypatch.setattr(lift_module, "DEEP_LEVEL", deep_level)
+    monkeypatch.setattr(lift_module, "SPARSE_SHARE", sparse_share)
     vocab = [b"a", b"ab", b"abc", b"abcd", b"abcde", b"b", b"ba", b"bab", b"c", b"aaaaaaa", "日本".encode(),
              b"<eos>"]
     lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
