@@ -844,8 +844,10 @@ class ByteDFA:
         sid, part = self._bstates[state]
         if sid == DEAD:
             return DEAD
+        if not part and byte >= 0x80:
+            return self._fill_high(state, sid)[byte]
         part = part + (byte,)
-        if len(part) == 1 and byte < 0x80:
+        if len(part) == 1:
             t = self._cstep(sid, self._ascii_class[byte])
             return self._bid(t, ()) if self._live(t) else DEAD
         classes = self._prefix_classes(part)
@@ -858,6 +860,28 @@ class ByteDFA:
             if self._live(self._cstep(sid, k)):
                 return self._bid(sid, part)
         return DEAD
+
+    def _fill_high(self, state: int, sid: int) -> list[int]:
+        """Fill the transitions of ``state`` (between characters) on every byte >= 0x80 at
+        once: a continuation byte cannot start a character, and a lead byte lives iff some
+        class of the characters it begins does (each class decided once); returns the row.
+        (A trie walk tries many first bytes of a new state; most are dead.)"""
+        row = self._trans[state]
+        live: dict[int, bool] = {}
+        for b in range(0x80, 0x100):
+            if row[b] != UNCOMPUTED:
+                continue
+            classes = self._lead_classes(b)
+            alive = False
+            for k in classes:
+                v = live.get(k)
+                if v is None:
+                    v = live[k] = self._live(self._cstep(sid, k))
+                if v:
+                    alive = True
+                    break
+            row[b] = self._bid(sid, (b,)) if alive else DEAD
+        return row
 
     def step(self, state: int, byte: int) -> int | None:
         """State after ``byte``, or None when no continuation can fully match."""
@@ -963,26 +987,9 @@ class ByteDFA:
                 alive = by_class[k] = self.step(state, b) is not None
             if alive:
                 out.append(b)
-        # a lead byte lives iff some class of the characters it begins leads to a live state
-        # (``_compute``'s test, here with each class decided once for all the lead bytes)
-        row = self._trans[state]
-        live: dict[int, bool] = {}
         with self._lock:
-            for b in range(0xC2, 0xF5):
-                t = row[b]
-                if t != UNCOMPUTED:
-                    alive = t != DEAD
-                else:
-                    alive = False
-                    for k in self._lead_classes(b):
-                        v = live.get(k)
-                        if v is None:
-                            v = live[k] = self._live(self._cstep(sid, k))
-                        if v:
-                            alive = True
-                            break
-                if alive:
-                    out.append(b)
+            row = self._fill_high(state, sid)
+        out.extend(b for b in range(0xC2, 0xF5) if row[b] != DEAD)
         return out
 
     def fullmatch(self, data: bytes) -> bool:

@@ -32,8 +32,8 @@ from potentials.json_machine import Machine, remembered
 from potentials.json_drafts import DEFAULT, VALIDATORS, draft_of, strip_declarations
 from potentials.json_patterns import SCHEMA_FORMATS
 
-#: transitions remembered per potential before the table is cleared
-MEMO_LIMIT = 200_000
+#: sets of configurations whose transitions are remembered before the table is cleared
+MEMO_LIMIT = 50_000
 _DIGITS = b"0123456789"
 #: first byte of a JSON value -> the bytes it can end with
 _LAST_BY_FIRST = {ord("{"): b"}", ord("["): b"]", ord('"'): b'"', ord("-"): _DIGITS,
@@ -236,22 +236,27 @@ class JSONSchema(BytePotential[JSONState]):
         if len(memo) > MEMO_LIMIT:
             memo.clear()
             self._canon.clear()
+        # the transitions out of one set of configurations, keyed by byte (and by the bytes of
+        # a plain run): a lookup then allocates nothing, which keeps the garbage collector
+        # away from trie walks
+        row = memo.get(configs)
+        if row is None:
+            row = memo[configs] = {}
         if len(data) > 1 and configs and type(data) is bytes:  # plain text in strings: one step
-            got = memo.get((configs, data))
+            got = row.get(data)
             if got is None:
                 got = self.machine.plain_run(configs, data)
-                got = memo[(configs, data)] = False if got is None else self._canon.setdefault(got, got)
+                got = row[data] = False if got is None else self._canon.setdefault(got, got)
             if got is not False:
                 return JSONState(got, (bytes(data), state.chunks), state.size + len(data)) if got else None
         for i, b in enumerate(data):
-            key = (configs, b)
-            got = memo.get(key)
+            got = row.get(b)
             if got is None:
                 nxt = self.machine.step(configs, b) if configs else configs
                 # one object per distinct set of configurations: later lookups keyed by it then
                 # match by identity instead of comparing stacks frame by frame
                 nxt = self._canon.setdefault(nxt, nxt)
-                got = memo[key] = (nxt, self.machine.pending(nxt))
+                got = row[b] = (nxt, self.machine.pending(nxt))
             nxt, pending = got
             if pending:  # a checked container opened or closed at this byte
                 nxt = self.machine.settle(
@@ -261,6 +266,10 @@ class JSONSchema(BytePotential[JSONState]):
             if not nxt:
                 return None
             configs = nxt
+            if i + 1 < len(data):
+                row = memo.get(configs)
+                if row is None:
+                    row = memo[configs] = {}
         if not data:
             return JSONState(configs, state.chunks, state.size)
         return JSONState(configs, (bytes(data), state.chunks), state.size + len(data))

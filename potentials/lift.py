@@ -809,34 +809,41 @@ class Lifted(Potential):
         whose bytes keep ``state`` alive; a dead node's subtree is skipped."""
         advance, next_bytes = self.potential.advance, self.potential.next_bytes
         children, label, tokens, by_first = trie.children, trie.label, trie.tokens, trie.by_first
-        stack: list = []
-        push = stack.append
+        # the nodes to visit and the byte states above them, as two stacks (a pair per node
+        # would be one more tracked allocation per node: the garbage collector's pace)
+        nodes: list[int] = []
+        above: list[Any] = []
+        push_node, push_above = nodes.append, above.append
 
         def descend(node: int, kids: dict[int, int], here: Any) -> None:
             allowed = next_bytes(here)
             if allowed is None:
                 for child in children[node]:
-                    push((child, here))
+                    push_node(child)
+                    push_above(here)
             elif len(allowed) < len(kids):
                 for b in allowed:
                     child = kids.get(b)
                     if child is not None:
-                        push((child, here))
+                        push_node(child)
+                        push_above(here)
             else:
                 for b, child in kids.items():
                     if b in allowed:
-                        push((child, here))
+                        push_node(child)
+                        push_above(here)
 
         root_kids = by_first.get(0)
         if root_kids is None:
-            stack.extend((child, state) for child in children[0])
+            nodes.extend(children[0])
+            above.extend([state] * len(children[0]))
         else:
             descend(0, root_kids, state)
         visited = 0
-        while stack:
-            node, parent = stack.pop()
+        while nodes:
+            node = nodes.pop()
             visited += 1
-            here = advance(parent, label[node])
+            here = advance(above.pop(), label[node])
             if here is None:
                 continue  # every token below shares these dead bytes
             if tokens[node]:
@@ -844,7 +851,8 @@ class Lifted(Potential):
             kids = by_first.get(node)
             if kids is None:
                 for child in children[node]:
-                    push((child, here))
+                    push_node(child)
+                    push_above(here)
             else:
                 descend(node, kids, here)
         self.stats["trie_nodes_visited"] += visited

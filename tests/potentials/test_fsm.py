@@ -472,3 +472,29 @@ def test_next_bytes_are_the_live_bytes(pattern):
             continue
         want = [b for b in range(256) if reference.step(r, b) is not None]
         assert fresh.next_bytes(q) == want, (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"[\u0400-\u04ff]+", r"é|日本", r"[^\x00-\u07ff]x", r"a[α-ω]|bé", r"[\u0800-\u0fff]"])
+def test_lead_bytes_live_iff_some_character_they_begin_can_continue(pattern):
+    """A lead byte is kept iff some character it begins continues a match (decided per class
+    for all high bytes at once): checked against ``regex``'s partial full match, over every
+    code point of the two- and three-byte leads and a sample of the four-byte ones."""
+    import regex
+
+    dfa = compile_regex(pattern)
+    for head in ["", "a", "д"]:
+        q = dfa.walk(dfa.start, head.encode())
+        if q is None:
+            continue
+        for lead in range(0x80, 0x100):
+            if 0xC2 <= lead <= 0xDF:
+                cps = range(((lead & 0x1F) << 6), ((lead & 0x1F) << 6) + 64)
+            elif 0xE0 <= lead <= 0xEF:
+                cps = range((lead & 0x0F) << 12, ((lead & 0x0F) << 12) + 4096)
+            elif 0xF0 <= lead <= 0xF4:
+                cps = range((lead & 0x07) << 18, min(((lead & 0x07) << 18) + (1 << 18), 0x110000), 97)
+            else:
+                cps = range(0)
+            want = any(regex.fullmatch(pattern, head + chr(cp), partial=True) is not None
+                       for cp in cps if not 0xD800 <= cp <= 0xDFFF and chr(cp).encode()[0] == lead)
+            assert (dfa.step(q, lead) is not None) == want, (pattern, head, hex(lead))
