@@ -519,6 +519,18 @@ def _holds(kind: int, prev: Kind | None, nxt: Kind | None) -> bool:
     return a == b and not (prev is None and nxt is None)  # re's \B fails on empty text
 
 
+def _dense(rows: list[list[int]], width: int) -> "np.ndarray":
+    """``rows`` (-1: dead) as an int32 array with a last, absorbing dead row."""
+    import numpy as np
+
+    dead = len(rows)
+    table = np.full((dead + 1, width), dead, dtype=np.int32)
+    if rows:
+        got = np.asarray(rows, dtype=np.int32).reshape(dead, width)
+        table[:dead] = np.where(got < 0, dead, got)
+    return table
+
+
 def _utf8_range(part: tuple[int, ...]) -> tuple[int, int] | None:
     """Code points whose UTF-8 encoding starts with the incomplete sequence ``part``."""
     lead = part[0]
@@ -586,6 +598,7 @@ class ByteDFA:
         self._accept: list[bool | None] = []
         self._leads: dict[tuple[int, ...], tuple[int, ...] | None] = {}
         self._cps_classes: tuple | None = None  # (code points, their classes) of char_table
+        self._ctable: tuple = ({}, [], [None])  # char_table's (index, rows, dense array)
         self._coreach = None if self._has_at else self._coreachable()
         lbs = tuple(lb._bstates[lb.start][0] for lb, _ in self._lbs)
         init = self._cid(frozenset({(start, 0)}), None if self._has_at else (), lbs)
@@ -904,16 +917,17 @@ class ByteDFA:
         return state
 
     def char_table(self, state: int, cps: "np.ndarray", limit: int = 4096
-                   ) -> "tuple[np.ndarray, np.ndarray, int] | None":
+                   ) -> "tuple[np.ndarray, np.ndarray, int, int] | None":
         """The automaton from byte state ``state`` over whole characters, as dense arrays:
-        (T, cls, dead) such that a text of code points p_1 .. p_n (each one of ``cps``) keeps
-        ``state`` alive iff
+        (T, cls, dead, i_0) such that a text of code points p_1 .. p_n (each one of ``cps``)
+        keeps ``state`` alive iff
 
-            i_0 = 0,  i_k = T[i_{k-1}, cls[j_k]] != dead   for every k  (p_k = cps[j_k])
+            i_k = T[i_{k-1}, cls[j_k]] != dead   for every k  (p_k = cps[j_k])
 
-        (dead absorbing). Only the states reachable from ``state`` on those characters' classes
-        are built. None when ``state`` stops inside a character or the table would need more
-        than ``limit`` transitions."""
+        (dead absorbing). The rows are those of every state reached so far from states asked
+        with the same ``cps`` (a later state of one string finds its rows built), at most
+        ``limit`` transitions; past that, the rows reachable from ``state`` alone. None when
+        ``state`` stops inside a character or its own table needs more than ``limit``."""
         import numpy as np
 
         sid, part = self._bstates[state]
@@ -922,36 +936,58 @@ class ByteDFA:
         got = self._cps_classes
         if got is None or got[0] is not cps:
             # the same character set (an LM's plain characters) comes with every state: its
-            # classes are computed once
+            # classes are computed once, and the table grows from state to state
             idx = np.searchsorted(np.asarray(self._bounds), cps, side="right") - 1
             classes = np.asarray(self._iv_class, dtype=np.int64)[idx]
             used, cls = np.unique(classes, return_inverse=True)
             got = self._cps_classes = (cps, used, cls.astype(np.int32).reshape(-1))
+            self._ctable = ({}, [], [None])
         _, used, cls = got
         if len(used) and used[0] < 0:  # a surrogate code point: not from UTF-8 text
             return None
-        index, order, rows = {sid: 0}, [sid], []
         kinds = used.tolist()
         with self._lock:
-            while len(order) > len(rows):
-                if len(order) * len(kinds) > limit:
-                    return None
-                row = []
-                for k in kinds:
-                    t = self._cstep(order[len(rows)], k)
-                    if t == DEAD or not self._live(t):
-                        row.append(-1)
-                        continue
-                    if t not in index:
-                        index[t] = len(order)
-                        order.append(t)
-                    row.append(index[t])
-                rows.append(row)
-        dead = len(order)
-        table = np.full((dead + 1, len(used)), dead, dtype=np.int32)
-        got = np.asarray(rows, dtype=np.int32).reshape(dead, len(used))
-        table[:dead] = np.where(got < 0, dead, got)
-        return table, cls, dead
+            index, rows, built = self._ctable
+            if sid in index or self._char_rows(sid, kinds, index, rows, limit):
+                if built[0] is None or len(built[0]) != len(rows) + 1:
+                    built[0] = _dense(rows, len(kinds))
+                return built[0], cls, len(rows), index[sid]
+            own_index: dict[int, int] = {}
+            own_rows: list[list[int]] = []
+            if not self._char_rows(sid, kinds, own_index, own_rows, limit):
+                return None
+        return _dense(own_rows, len(kinds)), cls, len(own_rows), 0
+
+    def _char_rows(self, start: int, kinds: list[int], index: dict[int, int],
+                   rows: list[list[int]], limit: int) -> bool:
+        """Extend ``rows`` (row ``index[s]`` of character state s: the row of each state it
+        steps to on each class of ``kinds``, -1 when dead) with the states reachable from
+        ``start`` not yet in ``index``; False, and nothing added, past ``limit`` transitions."""
+        first = len(rows)
+        index[start] = first
+        queue = [start]
+        i = 0
+        while i < len(queue):
+            if (first + len(queue)) * len(kinds) > limit:
+                for s in queue:
+                    del index[s]
+                del rows[first:]
+                return False
+            s = queue[i]
+            i += 1
+            row = []
+            for k in kinds:
+                t = self._cstep(s, k)
+                if t == DEAD or not self._live(t):
+                    row.append(-1)
+                    continue
+                j = index.get(t)
+                if j is None:
+                    j = index[t] = first + len(queue)
+                    queue.append(t)
+                row.append(j)
+            rows.append(row)
+        return True
 
     def accepts(self, state: int) -> bool:
         """Do the bytes that led to ``state`` fully match?"""

@@ -177,9 +177,11 @@ class CharTrie:
         self.first = (np.searchsorted(kids, nodes, side="left") + 1).astype(np.int64)
         self.n_kids = (np.searchsorted(kids, nodes, side="right") + 1 - self.first).astype(np.int64)
 
-    def ends_alive(self, table: np.ndarray, cls: np.ndarray, dead: int) -> np.ndarray:
-        """Over ``ids``: does the automaton of ``ByteDFA.char_table`` (T, cls, dead) survive the
-        token's text? i_node = T[i_parent, cls[cp[node]]], level by level from i_root = 0.
+    def ends_alive(self, table: np.ndarray, cls: np.ndarray, dead: int, start: int = 0
+                   ) -> np.ndarray:
+        """Over ``ids``: does the automaton of ``ByteDFA.char_table`` (T, cls, dead, start)
+        survive the token's text? i_node = T[i_parent, cls[cp[node]]], level by level from
+        i_root = start.
 
         A level is stepped only below the nodes still alive when they are few (a pattern
         that allows few characters: dates, identifiers, enum-like alternations), else as a
@@ -187,7 +189,7 @@ class CharTrie:
         width, flat = table.shape[1], table.reshape(-1)
         deep, parent, levels = self.deep, self.parent, self.levels
         state = np.full(len(parent), dead, dtype=np.int32)
-        state[0] = 0
+        state[0] = start
         alive = np.zeros(1, dtype=np.int64)  # the live nodes of the level just stepped
         for lo, hi in zip(levels, levels[1:]):
             if lo >= deep or not len(alive):

@@ -385,24 +385,52 @@ CHAR_TEXTS = ["", "a", "ab", "abc", "a/b", "/", "ab/cd", "é", "日本", "a😀"
 ])
 def test_char_table_agrees_with_the_byte_walk(pattern, flags):
     """char_table: walking whole characters through the dense table keeps a text alive
-    exactly when the byte automaton's walk does, from the start and from later states."""
+    exactly when the byte automaton's walk does, from the start and from later states (whose
+    rows the start's table already holds: asking for them builds none)."""
     import numpy as np
 
-    dfa = compile_regex(pattern, flags, lookaround=True)
     cps = np.asarray(sorted({ord(c) for t in CHAR_TEXTS for c in t} | {ord("q")}))
-    for head in ["", "a", "ab/", "é"]:
+    dfa = compile_regex(pattern, flags, lookaround=True)
+    for head in ["", "a", "ab/", "é", "ab"]:
         q = dfa.walk(dfa.start, head.encode())
         if q is None:
             continue
+        rows = len(dfa._ctable[1])
         got = dfa.char_table(q, cps)
         assert got is not None
-        table, cls, dead = got
-        where = {int(c): i for i, c in enumerate(cps)}
-        for text in CHAR_TEXTS:
-            i = 0
-            for c in text:
-                i = table[i, cls[where[ord(c)]]]
-            assert (i != dead) == (dfa.walk(q, text.encode()) is not None), (pattern, head, text)
+        if head == "ab":
+            assert len(dfa._ctable[1]) == rows  # reached from the start: already built
+        _agrees_with_the_byte_walk(dfa, q, cps, got, pattern)
+
+
+def _agrees_with_the_byte_walk(dfa, q, cps, got, pattern, texts=CHAR_TEXTS) -> None:
+    """Walking each text's characters through char_table's answer ``got`` for state ``q``
+    keeps it alive iff the byte walk does."""
+    table, cls, dead, start = got
+    where = {int(c): i for i, c in enumerate(cps)}
+    for text in texts:
+        i = start
+        for c in text:
+            i = table[i, cls[where[ord(c)]]]
+        assert (i != dead) == (dfa.walk(q, text.encode()) is not None), (pattern, text)
+
+
+def test_char_table_shares_rows_and_falls_back_to_its_own():
+    """States of one automaton share one growing table; a state whose rows would push it past
+    the limit gets a table of its own (starting at row 0), and the shared one is unchanged."""
+    import numpy as np
+
+    dfa = compile_regex(r"a\d{3}x|b[xy]{3}")
+    cps = np.asarray([ord(c) for c in "abxy0123"])
+    qa, qb = dfa.walk(dfa.start, b"a"), dfa.walk(dfa.start, b"b")
+    ta = dfa.char_table(qa, cps)
+    n, width = len(dfa._ctable[1]), ta[0].shape[1]
+    later = dfa.char_table(dfa.walk(qa, b"1"), cps)
+    assert later[0] is ta[0] and len(dfa._ctable[1]) == n
+    tb = dfa.char_table(qb, cps, limit=(n + 1) * width)
+    assert tb[3] == 0 and len(dfa._ctable[1]) == n
+    for q, got in [(qa, ta), (dfa.walk(qa, b"1"), later), (qb, tb)]:
+        _agrees_with_the_byte_walk(dfa, q, cps, got, "shared", ["123x", "1x", "xyx", "xy", "12", "bx", ""])
 
 
 def test_char_table_declines_inside_a_character_and_past_its_limit():
