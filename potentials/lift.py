@@ -190,11 +190,15 @@ class CharTrie:
         deep, parent, levels = self.deep, self.parent, self.levels
         state = np.full(len(parent), dead, dtype=np.int32)
         state[0] = start
-        alive = np.zeros(1, dtype=np.int64)  # the live nodes of the level just stepped
+        # the live nodes of the level just stepped (None: not listed, n_alive of them)
+        alive: np.ndarray | None = np.zeros(1, dtype=np.int64)
+        n_alive, prev_lo = 1, 0
         for lo, hi in zip(levels, levels[1:]):
-            if lo >= deep or not len(alive):
+            if lo >= deep or not n_alive:
                 break
-            if len(alive) * SPARSE_SHARE < hi - lo:
+            if n_alive * SPARSE_SHARE < hi - lo:
+                if alive is None:
+                    alive = np.flatnonzero(state[prev_lo:lo] != dead) + prev_lo
                 counts = self.n_kids[alive]
                 total = int(counts.sum())
                 if not total:
@@ -207,13 +211,15 @@ class CharTrie:
                 got = flat[at]
                 state[kids] = got
                 alive = kids[got != dead]
+                n_alive = len(alive)
             else:
                 at = state[parent[lo:hi]] * width
                 at += cls[self.cp[lo:hi]]
                 got = flat[at]
                 state[lo:hi] = got
-                alive = np.flatnonzero(got != dead) + lo
-        if deep < len(state) and len(alive):  # the deep nodes, each below an earlier one
+                alive, n_alive = None, int(np.count_nonzero(got != dead))
+            prev_lo = lo
+        if deep < len(state) and n_alive:  # the deep nodes, each below an earlier one
             flat_list, deep_cls = flat.tolist(), cls[self.cp[deep:]].tolist()
             upper = state[self.deep_parent].tolist()  # (read for parents above ``deep`` only)
             out: list[int] = []
