@@ -53,28 +53,83 @@ _LOOSE_CONTAINER = frozenset(
      "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedItems",
      "unevaluatedProperties", "$recursiveRef"}
 )
-# a member whose only keywords the validator knows are these checks a string without it
-_STRING_WORDS = frozenset({"type", "format", "minLength", "maxLength", "pattern"})
+# a member whose keywords (the validator's own, in its subschemas too) are these, or ones
+# that only objects, arrays or numbers can fail, checks a string without the validator
+_STRING_WORDS = frozenset({"type", "format", "minLength", "maxLength", "pattern", "enum", "const",
+                           "allOf", "anyOf", "oneOf", "not"})
+_NOT_FOR_STRINGS = frozenset(
+    {"properties", "patternProperties", "additionalProperties", "required", "minProperties",
+     "maxProperties", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames",
+     "unevaluatedProperties", "items", "additionalItems", "prefixItems", "contains", "minContains",
+     "maxContains", "minItems", "maxItems", "uniqueItems", "unevaluatedItems", "minimum",
+     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+)
+
+
 _LOOSE_NUMBER = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "enum", "const"}
 )
 
 
-def _string_ok(raw: dict, value: str, checker: Any) -> bool:
-    """``value`` against the ``type``, ``minLength``, ``maxLength``, ``pattern`` and ``format``
-    of ``raw``, as jsonschema's keywords check a string (lengths in code points, the pattern
-    searched by json_patterns.search, the format by the validator's format checker)."""
-    t = raw.get("type")
+def _string_checkable(schema: Any, known: Any, top: bool = True) -> bool:
+    """Can ``_string_ok`` decide ``schema`` (the validator knowing the keywords ``known``)?
+    (Not a subschema that declares its own ``$schema``.)"""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict) or not top and "$schema" in schema:
+        return False
+    for k, v in schema.items():
+        if k in ("allOf", "anyOf", "oneOf"):
+            if not isinstance(v, list) or not all(_string_checkable(x, known, False) for x in v):
+                return False
+        elif k == "not":
+            if not _string_checkable(v, known, False):
+                return False
+        elif k in known and k not in _STRING_WORDS and k not in _NOT_FOR_STRINGS:
+            return False
+    return True
+
+
+def _string_ok(schema: Any, value: str, checker: Any, known: Any) -> bool:
+    """``value`` against ``schema`` (``_string_checkable``) as jsonschema's keywords check a
+    string: lengths in code points, the pattern searched by json_patterns.search, the format
+    by the validator's format checker, enum and const by equality with string members,
+    allOf / anyOf / oneOf (exactly one) / not over the subschemas; the keywords of other
+    types pass, and so do those the validator does not know (``const`` in draft 4)."""
+    if isinstance(schema, bool):
+        return schema
+    if not known.issuperset(schema):
+        schema = {k: v for k, v in schema.items() if k in known}
+    t = schema.get("type")
     if t is not None and not (t == "string" or isinstance(t, list) and "string" in t):
         return False
-    lo, hi = raw.get("minLength"), raw.get("maxLength")
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
     if _is_number(lo) and len(value) < lo or _is_number(hi) and len(value) > hi:
         return False
-    pattern = raw.get("pattern")
+    if "const" in schema and schema["const"] != value:
+        return False
+    if isinstance(schema.get("enum"), list) and not any(isinstance(e, str) and e == value
+                                                         for e in schema["enum"]):
+        return False
+    pattern = schema.get("pattern")
     if isinstance(pattern, str) and not json_patterns.search(pattern, value):
         return False
-    fmt = raw.get("format")
-    return checker is None or not isinstance(fmt, str) or checker.conforms(value, fmt)
+    fmt = schema.get("format")
+    if checker is not None and isinstance(fmt, str) and not checker.conforms(value, fmt):
+        return False
+    if "allOf" in schema and not all(_string_ok(x, value, checker, known) for x in schema["allOf"]):
+        return False
+    if "anyOf" in schema and not any(_string_ok(x, value, checker, known) for x in schema["anyOf"]):
+        return False
+    if "oneOf" in schema and sum(_string_ok(x, value, checker, known) for x in schema["oneOf"]) != 1:
+        return False
+    return not ("not" in schema and _string_ok(schema["not"], value, checker, known))
+
+
+@functools.lru_cache(maxsize=16)
+def _known_words(cls: type) -> frozenset:
+    """The keywords a validator class checks."""
+    return frozenset(cls.VALIDATORS)
 
 
 def _is_number(v: Any) -> bool:
@@ -513,6 +568,7 @@ class Schemas:
         self.root_resolver = validator_resolver(validator)
         self._clauses: dict = {}
         self._accepts: dict = {}
+        self._checkable: dict = {}  # member -> can _string_ok check a string against it
         self.dynamic = False  # set by check_refs when dynamic scope matters
         self.root = self.node(root, self.root_resolver, draft)
 
@@ -669,11 +725,10 @@ class Schemas:
         if validator is None:
             return True  # no validator for this nested draft: checked at complete
         try:
-            if isinstance(value, str) and isinstance(raw, dict) and all(
-                    k in _STRING_WORDS or k not in validator.VALIDATORS for k in raw):
-                # a mask's walk ends the string once per candidate token's text: these few
+            if isinstance(value, str) and self._string_checkable(m, raw, validator):
+                # a mask's walk ends the string once per candidate token's text: these
                 # keywords are checked as jsonschema checks them, without a validator pass
-                return _string_ok(raw, value, validator.format_checker)
+                return _string_ok(raw, value, validator.format_checker, _known_words(type(validator)))
             if self.dynamic:
                 # Dynamic scope is lost out of context; check only the scalar's own keywords.
                 schema, resolver = {k: v for k, v in raw.items() if k in _SCALAR_WORDS}, None
@@ -685,6 +740,12 @@ class Schemas:
             return with_resolver(validator, schema, resolver).is_valid(value)
         except Exception:  # undecidable here (the validator raised, a pattern timed out)
             return True
+
+    def _string_checkable(self, m: Any, raw: Any, validator: Any) -> bool:
+        got = self._checkable.get(m)
+        if got is None:
+            got = self._checkable[m] = _string_checkable(raw, _known_words(type(validator)))
+        return got
 
     def _validator(self, draft: str) -> Any:
         """The validator (with format checking) that checks members of ``draft``; None when

@@ -654,8 +654,9 @@ class Lifted(Potential):
         return got[0] & (chars <= budget)
 
     async def _union_mask(self, state: Any) -> np.ndarray:
-        """A state whose ``alternatives`` all have an ``inner_text_key`` with one stop set S
-        (JSON: configurations inside strings, S the quote):
+        """A state whose ``alternatives`` (or, without any, the state itself) all have an
+        ``inner_text_key`` with one stop set S (JSON: configurations inside strings, S the
+        quote, also inside an escape or an enum value):
 
             mask(s) = walk(s, tokens with a byte of S)  |  OR_i nonstop(s_i)
 
@@ -663,8 +664,8 @@ class Lifted(Potential):
         string and read the document around it), the others through each alternative's
         ``_nonstop_mask``, kept per inner key. Any other state: a walk of the whole trie."""
         pot = self.potential
-        parts = pot.alternatives(state)
-        inners = [pot.inner_text_key(part) for part in parts] if parts else []
+        parts = pot.alternatives(state) or [state]
+        inners = [pot.inner_text_key(part) for part in parts]
         stops = {None if k is None else bytes(k[1]) for k in inners}
         stop = stops.pop() if len(stops) == 1 else None
         if stop is None or self._lm_table(plain_stopped, stop):

@@ -493,6 +493,11 @@ async def test_unnamed_keys_share_clauses_by_pattern_verdicts(doc):
     {"type": "string", "format": "uuid", "description": "no checker in old drafts"},
     {"format": "date", "minLength": 10, "maxLength": 10, "propertyOrder": 3},
     {"format": "ipv4", "pattern": "^10[.]"}, {"format": "date", "enum": ["2024-01-01", "ab"]},
+    {"oneOf": [{"type": "string"}, {"type": "object", "properties": {"a": {}}, "required": ["a"]}]},
+    {"oneOf": [{"format": "ipv4"}, {"pattern": "^1"}]}, {"not": {"maxLength": 2}, "const": "ab"},
+    {"anyOf": [{"const": "ab"}, {"enum": ["a@b.org", 3]}, {"format": "date", "maxLength": 8}]},
+    {"allOf": [{"minLength": 3}, {"not": {"format": "email"}}], "minimum": 3, "items": {}},
+    {"oneOf": [{"if": {"minLength": 3}, "then": {"format": "email"}}, {"maxLength": 2}]},
 ])
 async def test_string_checks_are_jsonschema_verdicts(draft, member):
     """A string member whose only keywords are type, format, lengths and pattern (and

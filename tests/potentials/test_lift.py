@@ -531,6 +531,21 @@ async def test_string_alternatives_inside_a_checked_array_reuse_their_inner_mask
                                         for k in [byte_pot.inner_text_key(p)[0]]})
 
 
+async def test_escape_states_mask_their_inner_tokens_per_key():
+    """Inside an escape (one configuration, no plain-text shortcut) the tokens without a quote
+    are masked per inner key, the escape's own (shared by every string at that point), and
+    the tokens with one walked per state: the masks equal the brute force."""
+    vocab = JSON_TOY_VOCAB + [b"\\", b"n", b"u", b"00", b"e9", b"\\u", b'\\"', b'"x', b"nx", b'n"]']
+    eos = vocab.index(b"<eos>")
+    lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
+    byte_pot = JSONSchema({"type": "array", "items": {"type": "string", "maxLength": 4}})
+    lifted = byte_pot.lift(lm)
+    texts = ['["a\\', '["\\', '["ab","\\', '["\\u', '["\\u00', '["a\\"', '["ab\\']
+    await _masks_match_brute_force([lifted], texts, vocab, eos, byte_pot.alternatives)
+    keys = {byte_pot.inner_text_key(byte_pot.state_of(t.encode()))[0] for t in texts[:3]}
+    assert len(keys) == 2 and len(lifted._nonstop) >= 2  # '["a\\' and '["ab","\\' share one
+
+
 def test_per_lm_byte_tables_match_the_tokens():
     from potentials.lift import last_bytes, stop_tokens
 
