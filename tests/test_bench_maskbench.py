@@ -45,3 +45,19 @@ def test_run_schema_on_a_schema_of_our_own(tmp_path):
     assert v["valid_rejected_eos"] == 0 and v["invalid_accepted_eos"] == 0
     assert v["invalid_accepted_prefix"] == 0
     assert "0 of" in bm.summarize([res])
+    # the collector's passes inside each mask are timed (in the worker, where it is hooked)
+    assert len(res["mask_gc_us"]) == len(res["mask_us"]) and min(res["mask_gc_us"]) >= 0
+    assert "less the collector's passes" in bm.summarize([res])
+
+
+def test_collector_passes_are_timed():
+    import gc
+
+    gc.callbacks.append(bm._time_gc)
+    try:
+        before = bm.GC_TIME[0]
+        junk = [[i] for i in range(200_000)]
+        gc.collect()
+        assert bm.GC_TIME[0] > before and junk
+    finally:
+        gc.callbacks.remove(bm._time_gc)
