@@ -24,8 +24,9 @@ that cached set cut to at most B characters plus the walk of the few others. Wit
 walks only the tokens with a quote. Where the potential gives ``next_bytes``, trie nodes with
 many children are descended only through the bytes it allows; where ``plain_text_automata``
 gives L_k as automata with character tables, L_k is computed over a character trie of the plain
-tokens in array operations; a state with none of these shortcuts whose ``alternatives`` have
-some is masked as the union of their masks. Masks of at most
+tokens in array operations; a state with none of these shortcuts whose ``alternatives`` (or
+itself) have inner keys walks its tokens with a stop byte once and takes the others from each
+alternative's mask of them, kept per inner key. Masks of at most
 ``support_limit`` allowed tokens also keep their token ids (``known_support``), so a sampler at
 such a state needs no checks.
 """
