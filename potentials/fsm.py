@@ -38,6 +38,7 @@ import bisect
 import functools
 import re
 import threading
+from array import array
 from typing import Any, Iterable
 
 from potentials._compat import (
@@ -55,6 +56,7 @@ from potentials._compat import (
 MAXCP = 0x10FFFF
 SUR_LO, SUR_HI = 0xD800, 0xDFFF
 UNCOMPUTED, DEAD = -2, -1
+_NEW_ROW = array("i", [UNCOMPUTED] * 256)
 #: largest NFA built; bigger patterns raise RegexTooLarge (the Regex potential then falls back to
 #: the `regex` package, which counts repeats instead of unrolling them)
 MAX_NFA_STATES = 100_000
@@ -594,7 +596,10 @@ class ByteDFA:
         # byte-level states: (character state, incomplete UTF-8 bytes)
         self._bstates: list[tuple[int, tuple[int, ...]]] = []
         self._bids: dict[tuple[int, tuple[int, ...]], int] = {}
-        self._trans: list[list[int]] = []
+        # one row of 256 transitions per byte state, as int arrays (untracked by the garbage
+        # collector, which would otherwise walk every row at each pass)
+        self._trans: list[array] = []
+        self._high: set[int] = set()  # the states whose high bytes _fill_high decided
         self._accept: list[bool | None] = []
         self._leads: dict[tuple[int, ...], tuple[int, ...] | None] = {}
         self._cps_classes: tuple | None = None  # (code points, their classes) of char_table
@@ -838,7 +843,7 @@ class ByteDFA:
         if bid is None:
             bid = self._bids[key] = len(self._bstates)
             self._bstates.append(key)
-            self._trans.append([UNCOMPUTED] * 256)
+            self._trans.append(_NEW_ROW[:])
             self._accept.append(None)
         return bid
 
@@ -858,7 +863,8 @@ class ByteDFA:
         if sid == DEAD:
             return DEAD
         if not part and byte >= 0x80:
-            return self._fill_high(state, sid)[byte]
+            # a lead byte some character can continue with (no other high byte is): its state
+            return DEAD if self._fill_high(state, sid)[byte] == DEAD else self._bid(sid, (byte,))
         part = part + (byte,)
         if len(part) == 1:
             t = self._cstep(sid, self._ascii_class[byte])
@@ -874,12 +880,16 @@ class ByteDFA:
                 return self._bid(sid, part)
         return DEAD
 
-    def _fill_high(self, state: int, sid: int) -> list[int]:
-        """Fill the transitions of ``state`` (between characters) on every byte >= 0x80 at
-        once: a continuation byte cannot start a character, and a lead byte lives iff some
-        class of the characters it begins does (each class decided once); returns the row.
-        (A trie walk tries many first bytes of a new state; most are dead.)"""
+    def _fill_high(self, state: int, sid: int) -> "array":
+        """Decide the bytes >= 0x80 of ``state`` (between characters) at once, the first time:
+        a continuation byte cannot start a character, and a lead byte lives iff some class of
+        the characters it begins does (each class decided once). The dead ones are written in
+        the row, the live ones left to ``_compute`` (their states built only when stepped);
+        returns the row. (A trie walk tries many first bytes of a new state; most are dead.)"""
         row = self._trans[state]
+        if state in self._high:
+            return row
+        self._high.add(state)
         live: dict[int, bool] = {}
         for b in range(0x80, 0x100):
             if row[b] != UNCOMPUTED:
@@ -893,7 +903,8 @@ class ByteDFA:
                 if v:
                     alive = True
                     break
-            row[b] = self._bid(sid, (b,)) if alive else DEAD
+            if not alive:
+                row[b] = DEAD
         return row
 
     def step(self, state: int, byte: int) -> int | None:
