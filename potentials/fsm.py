@@ -602,8 +602,10 @@ class ByteDFA:
         self._high: set[int] = set()  # the states whose high bytes _fill_high decided
         self._accept: list[bool | None] = []
         self._leads: dict[tuple[int, ...], tuple[int, ...] | None] = {}
-        self._cps_classes: tuple | None = None  # (code points, their classes) of char_table
-        self._ctable: tuple = ({}, [], [None])  # char_table's (index, rows, dense array)
+        # char_table's characters (code points, their classes used, the class of each) and
+        # its rows so far (character state -> row, rows), and those rows as one array
+        self._chars: tuple | None = None
+        self._char_dense: "np.ndarray | None" = None
         self._coreach = None if self._has_at else self._coreachable()
         lbs = tuple(lb._bstates[lb.start][0] for lb, _ in self._lbs)
         init = self._cid(frozenset({(start, 0)}), None if self._has_at else (), lbs)
@@ -654,10 +656,6 @@ class ByteDFA:
 
     def _class_of(self, cp: int) -> int:
         return self._iv_class[bisect.bisect_right(self._bounds, cp) - 1]
-
-    def _lead_classes(self, lead: int) -> tuple[int, ...]:
-        """The classes of the characters whose UTF-8 encoding begins with byte ``lead``."""
-        return self._prefix_classes((lead,)) or ()
 
     def _prefix_classes(self, part: tuple[int, ...]) -> tuple[int, ...] | None:
         """The classes of the characters whose UTF-8 encoding begins with the bytes ``part``
@@ -894,9 +892,8 @@ class ByteDFA:
         for b in range(0x80, 0x100):
             if row[b] != UNCOMPUTED:
                 continue
-            classes = self._lead_classes(b)
             alive = False
-            for k in classes:
+            for k in self._prefix_classes((b,)) or ():
                 v = live.get(k)
                 if v is None:
                     v = live[k] = self._live(self._cstep(sid, k))
@@ -944,25 +941,22 @@ class ByteDFA:
         sid, part = self._bstates[state]
         if part or sid == DEAD:
             return None
-        got = self._cps_classes
-        if got is None or got[0] is not cps:
+        if self._chars is None or self._chars[0] is not cps:
             # the same character set (an LM's plain characters) comes with every state: its
             # classes are computed once, and the table grows from state to state
             idx = np.searchsorted(np.asarray(self._bounds), cps, side="right") - 1
             classes = np.asarray(self._iv_class, dtype=np.int64)[idx]
             used, cls = np.unique(classes, return_inverse=True)
-            got = self._cps_classes = (cps, used, cls.astype(np.int32).reshape(-1))
-            self._ctable = ({}, [], [None])
-        _, used, cls = got
-        if len(used) and used[0] < 0:  # a surrogate code point: not from UTF-8 text
+            self._chars = (cps, used.tolist(), cls.astype(np.int32).reshape(-1), {}, [])
+            self._char_dense = None
+        _, kinds, cls, index, rows = self._chars
+        if kinds and kinds[0] < 0:  # a surrogate code point: not from UTF-8 text
             return None
-        kinds = used.tolist()
         with self._lock:
-            index, rows, built = self._ctable
             if sid in index or self._char_rows(sid, kinds, index, rows, limit):
-                if built[0] is None or len(built[0]) != len(rows) + 1:
-                    built[0] = _dense(rows, len(kinds))
-                return built[0], cls, len(rows), index[sid]
+                if self._char_dense is None or len(self._char_dense) != len(rows) + 1:
+                    self._char_dense = _dense(rows, len(kinds))
+                return self._char_dense, cls, len(rows), index[sid]
             own_index: dict[int, int] = {}
             own_rows: list[list[int]] = []
             if not self._char_rows(sid, kinds, own_index, own_rows, limit):

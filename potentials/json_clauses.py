@@ -71,69 +71,73 @@ _LOOSE_NUMBER = frozenset(
 )
 
 
-def _string_checkable(schema: Any, known: Any, top: bool = True) -> bool:
-    """Can ``_string_ok`` decide ``schema`` (the validator knowing the keywords ``known``)?
-    (Not a subschema that declares its own ``$schema``.)"""
-    if isinstance(schema, bool):
-        return True
-    if not isinstance(schema, dict) or not top and "$schema" in schema:
-        return False
-    for k, v in schema.items():
-        if k in ("allOf", "anyOf", "oneOf"):
-            if not isinstance(v, list) or not all(_string_checkable(x, known, False) for x in v):
-                return False
-        elif k == "not":
-            if not _string_checkable(v, known, False):
-                return False
-        elif k in known and k not in _STRING_WORDS and k not in _NOT_FOR_STRINGS:
-            return False
-    return True
-
-
-def _string_ok(schema: Any, value: str, checker: Any, known: Any) -> bool:
-    """``value`` against ``schema`` (``_string_checkable``) as jsonschema's keywords check a
-    string: lengths in code points, the pattern searched by json_patterns.search, the format
-    by the validator's format checker, enum and const by equality with string members,
-    allOf / anyOf / oneOf (exactly one) / not over the subschemas; the keywords of other
-    types pass, and so do those the validator does not know (``const`` in draft 4)."""
+def _string_form(schema: Any, known: Any, top: bool = True) -> Any:
+    """``schema`` cut to the keywords a string can fail that the validator knows (``known``:
+    ``const`` is not draft 4's), in its allOf / anyOf / oneOf / not subschemas too, for
+    ``_string_ok``; None when it has a keyword the validator knows that is neither such a
+    keyword nor one only other types can fail (``$ref``, ``if``, ...), or a subschema that
+    declares its own ``$schema``."""
     if isinstance(schema, bool):
         return schema
-    if not known.issuperset(schema):
-        schema = {k: v for k, v in schema.items() if k in known}
-    t = schema.get("type")
+    if not isinstance(schema, dict) or not top and "$schema" in schema:
+        return None
+    form: dict = {}
+    for k, v in schema.items():
+        if k not in known or k in _NOT_FOR_STRINGS:
+            continue
+        if k not in _STRING_WORDS:
+            return None
+        if k in ("allOf", "anyOf", "oneOf"):
+            if not isinstance(v, list):
+                return None
+            v = [_string_form(x, known, False) for x in v]
+            if any(x is None for x in v):
+                return None
+        elif k == "not":
+            v = _string_form(v, known, False)
+            if v is None:
+                return None
+        form[k] = v
+    return form
+
+
+def _string_ok(form: Any, value: str, checker: Any) -> bool:
+    """``value`` against a ``_string_form`` as jsonschema's keywords check a string: lengths
+    in code points, the pattern searched by json_patterns.search, the format by the
+    validator's format checker, enum and const by equality with string members, allOf /
+    anyOf / oneOf (exactly one) / not over the subschemas."""
+    if isinstance(form, bool):
+        return form
+    t = form.get("type")
     if t is not None and not (t == "string" or isinstance(t, list) and "string" in t):
         return False
-    lo, hi = schema.get("minLength"), schema.get("maxLength")
-    if _is_number(lo) and len(value) < lo or _is_number(hi) and len(value) > hi:
+    lo, hi = form.get("minLength"), form.get("maxLength")
+    if _is_count(lo) and len(value) < lo or _is_count(hi) and len(value) > hi:
         return False
-    if "const" in schema and schema["const"] != value:
+    if "const" in form and form["const"] != value:
         return False
-    if isinstance(schema.get("enum"), list) and not any(isinstance(e, str) and e == value
-                                                         for e in schema["enum"]):
+    if isinstance(form.get("enum"), list) and not any(isinstance(e, str) and e == value
+                                                       for e in form["enum"]):
         return False
-    pattern = schema.get("pattern")
+    pattern = form.get("pattern")
     if isinstance(pattern, str) and not json_patterns.search(pattern, value):
         return False
-    fmt = schema.get("format")
+    fmt = form.get("format")
     if checker is not None and isinstance(fmt, str) and not checker.conforms(value, fmt):
         return False
-    if "allOf" in schema and not all(_string_ok(x, value, checker, known) for x in schema["allOf"]):
+    if "allOf" in form and not all(_string_ok(x, value, checker) for x in form["allOf"]):
         return False
-    if "anyOf" in schema and not any(_string_ok(x, value, checker, known) for x in schema["anyOf"]):
+    if "anyOf" in form and not any(_string_ok(x, value, checker) for x in form["anyOf"]):
         return False
-    if "oneOf" in schema and sum(_string_ok(x, value, checker, known) for x in schema["oneOf"]) != 1:
+    if "oneOf" in form and sum(_string_ok(x, value, checker) for x in form["oneOf"]) != 1:
         return False
-    return not ("not" in schema and _string_ok(schema["not"], value, checker, known))
+    return not ("not" in form and _string_ok(form["not"], value, checker))
 
 
 @functools.lru_cache(maxsize=16)
 def _known_words(cls: type) -> frozenset:
     """The keywords a validator class checks."""
     return frozenset(cls.VALIDATORS)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def json_type(value: Any) -> str:
@@ -568,7 +572,7 @@ class Schemas:
         self.root_resolver = validator_resolver(validator)
         self._clauses: dict = {}
         self._accepts: dict = {}
-        self._checkable: dict = {}  # member -> can _string_ok check a string against it
+        self._string_forms: dict = {}  # member -> its _string_form (None: the validator checks)
         self.dynamic = False  # set by check_refs when dynamic scope matters
         self.root = self.node(root, self.root_resolver, draft)
 
@@ -725,10 +729,11 @@ class Schemas:
         if validator is None:
             return True  # no validator for this nested draft: checked at complete
         try:
-            if isinstance(value, str) and self._string_checkable(m, raw, validator):
+            form = self._string_form(m, raw, validator) if isinstance(value, str) else None
+            if form is not None:
                 # a mask's walk ends the string once per candidate token's text: these
                 # keywords are checked as jsonschema checks them, without a validator pass
-                return _string_ok(raw, value, validator.format_checker, _known_words(type(validator)))
+                return _string_ok(form, value, validator.format_checker)
             if self.dynamic:
                 # Dynamic scope is lost out of context; check only the scalar's own keywords.
                 schema, resolver = {k: v for k, v in raw.items() if k in _SCALAR_WORDS}, None
@@ -741,10 +746,11 @@ class Schemas:
         except Exception:  # undecidable here (the validator raised, a pattern timed out)
             return True
 
-    def _string_checkable(self, m: Any, raw: Any, validator: Any) -> bool:
-        got = self._checkable.get(m)
-        if got is None:
-            got = self._checkable[m] = _string_checkable(raw, _known_words(type(validator)))
+    def _string_form(self, m: Any, raw: Any, validator: Any) -> Any:
+        """``_string_form`` of member ``m``, computed once."""
+        got = self._string_forms.get(m, self)
+        if got is self:
+            got = self._string_forms[m] = _string_form(raw, _known_words(type(validator)))
         return got
 
     def _validator(self, draft: str) -> Any:
