@@ -522,13 +522,13 @@ async def test_string_checks_are_jsonschema_verdicts(draft, member):
 
 async def test_transition_memo_is_bounded_and_changes_nothing(monkeypatch):
     """The remembered transitions (one row per set of configurations, keyed by byte or plain
-    run) are cleared past MEMO_LIMIT rows; verdicts are the same with any limit."""
+    run) are cleared past STEP_MEMO_LIMIT rows; verdicts are the same with any limit."""
     import potentials.json_schema as js
 
     docs = [b'{"a": 12, "b": "xy"}', b'{"a": -1}', b'{"b": "x", "a": 3, "c": 1}', b'{"a": "x"}',
             b'{"b": "abcd", "a": 0}']
     want = [await JSONSchema(OBJ).complete(d) for d in docs]
-    monkeypatch.setattr(js, "MEMO_LIMIT", 3)
+    monkeypatch.setattr(js, "STEP_MEMO_LIMIT", 3)
     pot = JSONSchema(OBJ)
     for d in docs:
         for i in range(1, len(d) + 1):
