@@ -22,9 +22,14 @@ With ``--newline-eos`` every token containing a newline also ends the text
 target (the answer ends at the line break the few-shot format puts after it), reported as a
 separate column, never mixed with the default runs.
 
+With ``--finish-share S`` the runs bank, at every step where the text could end, a finished
+copy carrying S of the target's EOS mass there (``smc.generate(..., finish_share=S)``): the same
+target and the same unbiased Ẑ, so the same score, but a complete text the particles pass is a
+sample even where the model would not stop.
+
     python benchmarks/bench_patterns.py [--corpus ../shared/corpora/patterns.csv] [--limit K]
         [--stride S] [--particles 5] [--max-tokens 32] [--timeout 60] [--seed 0] [--jsonl out.jsonl]
-        [--newline-eos]
+        [--newline-eos] [--finish-share 0.5] [--pattern P ...]
 """
 
 from __future__ import annotations
@@ -123,7 +128,8 @@ async def run_one(pattern: str, lm, args) -> dict:
     try:
         res = await asyncio.wait_for(
             smc.agenerate(prompt_for(pattern), pot, lm=lm, particles=args.particles,
-                          max_tokens=args.max_tokens, seed=args.seed, chat=False, progress=False),
+                          max_tokens=args.max_tokens, seed=args.seed, chat=False, progress=False,
+                          finish_share=args.finish_share),
             args.timeout)
     except asyncio.TimeoutError:
         rec.update(status="timeout", seconds=time.perf_counter() - t0, score=0.0,
@@ -193,6 +199,10 @@ async def main() -> None:
     ap.add_argument("--jsonl", type=Path, default=None)
     ap.add_argument("--newline-eos", action="store_true",
                     help="tokens containing a newline end the text too (genlm-eval's setup)")
+    ap.add_argument("--finish-share", type=float, default=0.0,
+                    help="bank this share of the EOS mass wherever the text could end")
+    ap.add_argument("--pattern", action="append", default=None,
+                    help="run these patterns instead of the corpus (repeatable)")
     ap.add_argument("--summarize", type=Path, default=None,
                     help="only print the summary of a --jsonl file (e.g. of an interrupted run)")
     args = ap.parse_args()
@@ -204,14 +214,15 @@ async def main() -> None:
 
     import smc
 
-    patterns = load_patterns(args.corpus)[:: args.stride][: args.limit]
+    patterns = args.pattern or load_patterns(args.corpus)[:: args.stride][: args.limit]
     t_load = time.perf_counter()
     lm = smc.load_lm()
     if args.newline_eos:
         lm = smc.with_eos(lm, ["\n"])
     print(f"corpus {args.corpus} ({len(patterns)} patterns); model loaded in "
           f"{time.perf_counter() - t_load:.1f} s; N={args.particles}, T={args.max_tokens}, "
-          f"timeout {args.timeout:.0f} s; EOS: {'EOS or a newline token' if args.newline_eos else 'EOS'}",
+          f"timeout {args.timeout:.0f} s; EOS: {'EOS or a newline token' if args.newline_eos else 'EOS'}; "
+          f"finish share {args.finish_share}",
           flush=True)
     out = open(args.jsonl, "w") if args.jsonl else None
     recs = []

@@ -213,7 +213,8 @@ class CheckpointWriter:
     def write(self, run: Run, elapsed_s: float) -> None:
         """Write ``run`` (between two steps) to the file, replacing the previous checkpoint."""
         ids, records = name_shared(run.pop)
-        state = {"pop": run.pop, "rng": run.rng.bit_generator.state, "history": run.history}
+        state = {"pop": run.pop, "rng": run.rng.bit_generator.state, "history": run.history,
+                 "banked": run.banked}
         try:
             blob = _dumps(state, ids, records)
         except Exception as err:  # noqa: BLE001
@@ -378,7 +379,7 @@ async def aresume(
     bit_generator = getattr(np.random, state["rng"]["bit_generator"])()
     bit_generator.state = state["rng"]
     run = Run(state["pop"], np.random.Generator(bit_generator), settings, state["history"],
-              header["step"], header["elapsed_s"])
+              header["step"], header["elapsed_s"], state.get("banked"))
     writer = None
     target = path if checkpoint is _SAME else checkpoint
     if target is not None:

@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--islands", type=int, default=None,
                    help="independent SMC islands, a divisor of --particles (default: 4 from 16 "
                         "particles on, else 1; 1 is one population)")
+    g.add_argument("--finish-share", type=float, default=0.0,
+                   help="bank this share of the EOS mass wherever the text could end (0 <= S < 1; "
+                        "every complete text the particles pass becomes a sample)")
     g.add_argument("--sampler", choices=sorted(SAMPLERS), default="awrs")
     g.add_argument("--method", choices=["smc", "beam", "top_k", "steer"], default="smc",
                    help="smc (default); beam / top_k: --particles best sequences (deterministic); "
@@ -130,7 +133,7 @@ def _generate(args: argparse.Namespace) -> int:
     prompt = _prompt(args)
     check_generate_args(
         prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed,
-        islands=args.islands,
+        islands=args.islands, finish_share=args.finish_share, method=args.method,
     )
     check_method(args.method, args.n_beam)
     constraint = _constraint(args)
@@ -147,6 +150,7 @@ def _generate(args: argparse.Namespace) -> int:
         method=args.method,
         n_beam=args.n_beam,
         islands=args.islands,
+        finish_share=args.finish_share,
     )
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))

@@ -16,9 +16,13 @@ outgrows the rest can then take over its island only, not the whole population.
 Finished particles keep their weight and wait (they take part in resampling); particles of
 weight -inf are not stepped again but stay in the population (resampling removes them). The run
 ends when no live unfinished particle remains (or after ``max_steps``), and log_ml = log of the
-mean final weight, unfinished particles counting as 0. Each step, every live particle gets its
-own numpy Generator seeded from the run's, so results do not depend on how concurrent requests
-interleave.
+mean final weight, unfinished particles counting as 0. Finished copies a program sets aside
+with ``Model.bank`` during a step leave the population after that step (before resampling) and
+count with their own weights: log_ml = log((1/N) (sum of final weights + sum of banked
+weights)), unbiased because each banked weight is, at its step, one more weighted particle of
+the same SMC (its expectation the target mass the program moved out of the particle that went
+on). Each step, every live particle gets its own numpy Generator seeded from the run's, so
+results do not depend on how concurrent requests interleave.
 """
 
 from __future__ import annotations
@@ -91,13 +95,16 @@ class Run:
 
     ``pop`` the particles, ``rng`` the run's Generator (all randomness of later steps comes from
     it), ``history`` the StepRecords so far, ``step`` the number of steps done, ``settings`` the
-    arguments that shape later steps, ``elapsed_s`` wall time spent before this process took over.
+    arguments that shape later steps, ``elapsed_s`` wall time spent before this process took over,
+    ``banked`` the finished copies set aside so far (``Model.bank``).
     """
 
     def __init__(self, pop: list[Model], rng: np.random.Generator, settings: dict[str, Any],
-                 history: list[StepRecord] | None = None, step: int = 0, elapsed_s: float = 0.0):
+                 history: list[StepRecord] | None = None, step: int = 0, elapsed_s: float = 0.0,
+                 banked: list[Sample] | None = None):
         self.pop, self.rng, self.settings = pop, rng, settings
         self.history = [] if history is None else history
+        self.banked = [] if banked is None else banked
         self.step, self.elapsed_s = step, elapsed_s
 
 
@@ -198,6 +205,8 @@ async def advance(
                     pop[i].untwist()
                     pop[i]._draw = BlockDraw(u[:_BLOCK], s, u[_BLOCK:])
                 await step_all([pop[i] for i in live])
+                for i in live:
+                    run.banked.extend(pop[i].take_banked())
                 if critic is not None:
                     await run_all(_apply_critic(critic, pop[i]) for i in live)
                 for i in live:
@@ -235,11 +244,11 @@ async def advance(
             if bar is not None:
                 bar.close()
 
-    final = [p.weight if p.finished else NEG_INF for p in pop]
+    final = [p.weight if p.finished else NEG_INF for p in pop] + [b.log_weight for b in run.banked]
     samples = [
         Sample(p.text(), tuple(p.token_ids()), float(p.weight), bool(p.finished and p.weight > NEG_INF))
         for p in pop
-    ]
+    ] + run.banked
     deltas = counters.deltas()
     lm_delta = [d for o, d in deltas if is_lm(o)]
     counted = [(o, d) for o, d in deltas if not is_lm(o)]
@@ -247,6 +256,7 @@ async def advance(
         "particles": n,
         "steps": len(history),
         "resampling_events": sum(r.ancestors is not None for r in history),
+        "banked": len(run.banked),
         "tokens": sum(len(t) for r in history for t in r.tokens),
         "wall_time_s": run.elapsed_s + time.perf_counter() - t0,
         "lm_requests": sum(d.get("requests", 0) for d in lm_delta),

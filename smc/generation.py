@@ -21,7 +21,7 @@ from samplers import SAMPLERS, make_sampler
 from smc.backends.base import LMBackend, check_backend
 from smc.engine import Critic, check_smc_args, smc
 from smc.backends.prompts import Prompt, encode_prompt, prompt_kind
-from smc.model import ConstrainedGeneration, lift
+from smc.model import ConstrainedGeneration, check_finish_share, lift
 from smc.result import Result
 from smc.search import check_method, run_search
 
@@ -82,6 +82,8 @@ def check_generate_args(
     progress: Any = None,
     critic: Any = None,
     islands: Any = None,
+    finish_share: Any = 0.0,
+    method: Any = "smc",
 ) -> None:
     """TypeError/ValueError naming the first bad argument (run before any work)."""
     prompt_kind(prompt)
@@ -99,6 +101,8 @@ def check_generate_args(
             raise TypeError(f"{name} must be True, False or None, got {value!r}")
     if critic is not None and not callable(critic):
         raise TypeError(f"critic must be a function of a particle (or None), got {critic!r}")
+    if check_finish_share(finish_share) > 0 and method != "smc":
+        raise ValueError(f"finish_share is for method='smc' runs, not method={method!r}")
 
 
 def default_islands(particles: int) -> int:
@@ -142,11 +146,13 @@ async def agenerate(
     method: str = "smc",
     n_beam: int | None = None,
     islands: int | None = None,
+    finish_share: float = 0.0,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
-        chat=chat, progress=progress, critic=critic, islands=islands,
+        chat=chat, progress=progress, critic=critic, islands=islands, finish_share=finish_share,
+        method=method,
     )
     check_method(method, n_beam, critic)
     if checkpoint is not None:  # a bad path is refused before the LM loads
@@ -162,7 +168,7 @@ async def agenerate(
     check_memory(int(particles), len(lm.vocab))
     ids = prompt_ids_for(lm, prompt, chat, max_tokens)
     token_sampler = make_sampler(sampler, lm, lift(constraint, lm), ids)
-    model = ConstrainedGeneration(token_sampler, max_tokens)
+    model = ConstrainedGeneration(token_sampler, max_tokens, finish_share)
     if method != "smc":
         result = await run_search(model, method, particles, n_beam, seed)
         result.stats.update(prompt_tokens=len(ids), max_tokens=max_tokens)
@@ -215,6 +221,7 @@ def generate(
     method: str = "smc",
     n_beam: int | None = None,
     islands: int | None = None,
+    finish_share: float = 0.0,
 ) -> Result:
     """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
 
@@ -256,6 +263,11 @@ def generate(
             within itself, so one runaway lineage cannot take over the whole population
             (smc.engine); 1 is plain SMC. Default (None): ``default_islands(particles)``, 4
             islands from 16 particles on (docs/quality.md has the measurements).
+        finish_share: s in [0, 1): at every step where the text could end, a finished copy
+            carrying s of the target's EOS mass there is banked into the Result, and a drawn
+            EOS carries the rest (``ConstrainedGeneration``; same target, Ẑ unbiased). With
+            s > 0 every complete text the particles pass is a sample, which finds answers the
+            model is unlikely to end on; the Result then holds more than N samples. Default 0.
 
     Returns a Result. An unsatisfiable constraint gives a Result with no finished samples and
     log_ml = -inf. Bad arguments raise ValueError/TypeError before any work.
@@ -267,10 +279,12 @@ def generate(
         lm=lm, particles=particles, max_tokens=max_tokens, seed=seed, sampler=sampler,
         ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
         critic=critic, checkpoint=checkpoint, method=method, n_beam=n_beam, islands=islands,
+        finish_share=finish_share,
     )
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
-        chat=chat, progress=progress, critic=critic, islands=islands,
+        chat=chat, progress=progress, critic=critic, islands=islands, finish_share=finish_share,
+        method=method,
     )
     check_method(method, n_beam, critic)
     try:

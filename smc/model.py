@@ -33,6 +33,7 @@ from samplers import SAMPLERS, Draw, TokenSampler
 from smc.backends.base import LMBackend, check_backend, is_lm
 from smc.backends.prompts import Prompt, encode_prompt
 from smc.concurrency import run_all
+from smc.result import Sample
 
 
 # ---------------------------------------------------------------------------- sharing
@@ -320,9 +321,9 @@ class Model:
 
     Primitives (inside ``step``): ``await self.sample(dist, proposal=None)``,
     ``await self.observe(dist, value)``, ``self.condition(ok)``, ``self.score(logw)``,
-    ``self.twist(amount)``, ``self.finish()``. Override ``start`` for work before the first step,
-    and ``text`` / ``token_ids`` to describe a particle in the Result (by default they read
-    ``self.context`` when it is an LMContext).
+    ``self.twist(amount)``, ``self.finish()``, ``self.bank(logw)``. Override ``start`` for work
+    before the first step, and ``text`` / ``token_ids`` to describe a particle in the Result (by
+    default they read ``self.context`` when it is an LMContext).
     """
 
     def __init__(self) -> None:
@@ -364,6 +365,24 @@ class Model:
         """Stop this particle; its weight becomes final (twists removed)."""
         self.untwist()
         self.finished = True
+
+    def bank(self, logw: float) -> None:
+        """Set aside a finished copy of this particle as it is now, of log weight
+        ``self.weight + logw``, while the particle itself goes on: the engine moves it out of
+        the population after this step (it is never stepped or resampled) and into the
+        Result, and counts it in log_ml. The program keeps the run properly weighted by
+        taking that share of the mass out of what goes on (``ConstrainedGeneration``'s
+        ``finish_share`` banks a share of the EOS mass and gives the drawn EOS the rest)."""
+        logw = float(logw)
+        if math.isnan(logw) or logw == math.inf:
+            raise ValueError(f"bank's log weight must be finite or -inf, got {logw}")
+        if self.weight + logw > NEG_INF:
+            self.__dict__.setdefault("_banked", []).append(
+                Sample(self.text(), self.token_ids(), self.weight + logw, True))
+
+    def take_banked(self) -> list["Sample"]:
+        """The copies ``bank`` set aside since the last call (the engine's call)."""
+        return self.__dict__.pop("_banked", [])
 
     @property
     def draw(self) -> Draw:
@@ -415,6 +434,15 @@ class Model:
         return clone_state(self)
 
 
+def check_finish_share(share: Any) -> float:
+    """``share`` as a float, or ValueError/TypeError naming it: a number in [0, 1)."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)):
+        raise TypeError(f"finish_share must be a number in [0, 1), got {share!r}")
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"finish_share must be in [0, 1) (the share of EOS mass banked each step), got {share!r}")
+    return float(share)
+
+
 class ConstrainedGeneration(Model):
     """The built-in program behind ``smc.generate``: x ~ pi(x) ∝ p(x, EOS) phi(x), |x| <= max_tokens.
 
@@ -424,12 +452,27 @@ class ConstrainedGeneration(Model):
     tokens so far) is drawn with ``sampler.finishing()``: only tokens after which the text can
     finish, so no particle is spent on a prefix the forced EOS would give weight 0 (the target
     and the unbiasedness of Ẑ are unchanged: potentials.finishing).
+
+    With ``finish_share`` = s in (0, 1), every step before the forced EOS banks (``Model.bank``)
+    the finished text x with log weight
+
+        log w + log s + log m(x),   m(x) = sum_{e in EOS} p(e | x) exp(logw_next(x)[e]),
+
+    the EOS mass of the target there, and a drawn EOS gets log(1 - s) more: the finished mass
+    in expectation is w m(x) (s of it banked, 1 - s drawn) and the rest is unchanged, so the
+    target and Ẑ's unbiasedness stay; every text the particles pass where EOS is allowed is
+    then a finished sample, however unlikely the model is to stop there. It costs one
+    completion check per particle and step.
     """
 
-    def __init__(self, sampler: TokenSampler, max_tokens: int):
+    #: read by particles pickled before the option existed
+    finish_share = 0.0
+
+    def __init__(self, sampler: TokenSampler, max_tokens: int, finish_share: float = 0.0):
         super().__init__()
         self.sampler = sampler
         self.max_tokens = int(max_tokens)
+        self.finish_share = check_finish_share(finish_share)
         self.tokens: list[int] = []
 
     async def start(self) -> None:
@@ -439,15 +482,25 @@ class ConstrainedGeneration(Model):
     async def step(self) -> None:
         ctx = tuple(self.tokens)
         if len(ctx) >= self.max_tokens:
-            eos = list(self.sampler.eos_ids)
-            logp = np.array(await self.sampler.lm_logprobs_at(ctx, eos))
-            if self.sampler.potential is not None:
-                logp = logp + np.asarray(await self.sampler.potential.logw_subset(ctx, eos))
-            self.score(logsumexp(logp))
+            self.score(await self._eos_mass(ctx))
             if self.weight > NEG_INF:  # a dead particle stays unfinished
                 self.finish()
             return
+        await self._bank_eos()
         self._take(*await self._sampler_now().sample(ctx, self.draw))
+
+    async def _eos_mass(self, ctx: tuple[int, ...]) -> float:
+        """log m(x) = log sum_{e in EOS} p(e | x) exp(logw_next(x)[e])."""
+        eos = list(self.sampler.eos_ids)
+        logp = np.array(await self.sampler.lm_logprobs_at(ctx, eos))
+        if self.sampler.potential is not None:
+            logp = logp + np.asarray(await self.sampler.potential.logw_subset(ctx, eos))
+        return logsumexp(logp)
+
+    async def _bank_eos(self) -> None:
+        """With ``finish_share`` s > 0: bank the text as it is with log s + log m(x)."""
+        if self.finish_share > 0.0:
+            self.bank(math.log(self.finish_share) + await self._eos_mass(tuple(self.tokens)))
 
     def _sampler_now(self) -> TokenSampler:
         """The sampler of this step: ``sampler.finishing()`` for the last token before the
@@ -460,6 +513,8 @@ class ConstrainedGeneration(Model):
         if self.weight == NEG_INF:
             return
         if token in self.sampler.eos_ids:
+            if self.finish_share > 0.0:  # the share _bank_eos set aside
+                self.score(math.log1p(-self.finish_share))
             self.finish()
         else:
             self.tokens.append(token)
@@ -479,6 +534,7 @@ class ConstrainedGeneration(Model):
                 groups.setdefault(id(s), (s, []))[1].append(p)
 
         async def draw_group(sampler: TokenSampler, ps: list[ConstrainedGeneration]) -> None:
+            await run_all(p._bank_eos() for p in ps)
             for p, got in zip(ps, await sampler.sample_many([(tuple(p.tokens), p.draw) for p in ps])):
                 p._take(*got)
 

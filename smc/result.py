@@ -71,10 +71,11 @@ class Result:
     """Weighted samples from an SMC run (see the module docstring for the estimates).
 
     Attributes:
-        samples: the N final particles.
-        log_ml: log Ẑ, the log of the mean final weight (-inf when no particle finished).
+        samples: the N final particles, then the finished copies the run banked
+            (``Model.bank``, ``finish_share``; ``stats["banked"]`` of them).
+        log_ml: log Ẑ, log((1/N) sum of the finished samples' weights) (-inf when none finished).
         history: one StepRecord per step, for genealogy plots.
-        stats: run statistics: particles, steps, resampling_events, tokens, wall_time_s,
+        stats: run statistics: particles, steps, resampling_events, banked, tokens, wall_time_s,
             lm_forward_passes, constraint_checks (single-token checks), full_evaluations (whole
             next-token weight vectors), and raw counter deltas under "lm" and "samplers"
             (counters of objects shared with concurrent runs include those runs' work).

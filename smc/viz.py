@@ -45,6 +45,11 @@ def _decoder(lm: LMBackend | None) -> Callable[[Sequence[int]], str] | None:
     return functools.partial(decode, lm)
 
 
+def _population(result: Result) -> int:
+    """N: the samples that are the final population (those a run banked follow them)."""
+    return len(result.samples) - result.stats.get("banked", 0)
+
+
 def genealogy(result: Result, lm: LMBackend | None = None) -> dict[str, Any]:
     """The run as columns of nodes: one column per step, then one for the final samples.
 
@@ -64,7 +69,7 @@ def genealogy(result: Result, lm: LMBackend | None = None) -> dict[str, Any]:
             return decode(ids)
         return " ".join(f"[{t}]" for t in ids)
 
-    n = len(result.samples)
+    n = _population(result)
     columns: list[dict[str, Any]] = []
     prefixes: list[tuple[int, ...]] = [()] * n
     carried = list(range(n))  # particle i of the coming step descends from particle carried[i]
@@ -109,12 +114,13 @@ def genealogy(result: Result, lm: LMBackend | None = None) -> dict[str, Any]:
                     "finished": bool(s.finished),
                     "dead": s.log_weight == NEG_INF,
                 }
-                for i, s in enumerate(result.samples)
+                for i, s in enumerate(result.samples[:n])
             ],
         }
     )
     return {
         "particles": n,
+        "banked": len(result.samples) - n,  # finished copies set aside (Model.bank): no node
         "log_ml": json_number(result.log_ml),
         "decoded": decode is not None,
         "posterior": [[t, p] for t, p in result.posterior.items()],
@@ -151,6 +157,7 @@ def plot(result: Result, ax: Any = None, *, top_k: int = 10) -> Any:
             raise ValueError(f"ax must be None or three Axes (weights, ESS, posterior), got {len(axes)}")
     a_w, a_ess, a_post = axes
     n = len(result.samples)
+    pop = _population(result)
 
     w = result.weights
     colors = ["tab:blue" if s.finished else "lightgray" for s in result.samples]
@@ -169,8 +176,8 @@ def plot(result: Result, ax: Any = None, *, top_k: int = 10) -> Any:
             a_ess.axvline(r.step, color="tab:red", alpha=0.35, lw=1, label="resampled" if k == 0 else None)
         if events:
             a_ess.plot([r.step for r in events], [r.ess for r in events], "v", color="tab:red", ms=6)
-    a_ess.axhline(n, color="gray", ls="--", lw=1, label=f"N = {n}")
-    a_ess.set_ylim(0, n * 1.08)
+    a_ess.axhline(pop, color="gray", ls="--", lw=1, label=f"N = {pop}")
+    a_ess.set_ylim(0, pop * 1.08)
     a_ess.set_xlabel("step")
     a_ess.set_ylabel("ESS (before resampling)")
     a_ess.set_title(f"ESS trace ({sum(r.ancestors is not None for r in result.history)} resampling events)")

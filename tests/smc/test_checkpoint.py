@@ -161,11 +161,13 @@ def test_samplers_are_shared_by_the_rule_not_by_deepcopy_overrides():
 
 
 # ---------------------------------------------------------------------------- resume, in-process
-@pytest.mark.parametrize("sampler", ["awrs", "direct"])
-def test_generate_resumed_after_every_step_equals_the_uninterrupted_run(sampler, tmp_path, step_files):
+@pytest.mark.parametrize("sampler,share", [("awrs", 0.0), ("direct", 0.0), ("awrs", 0.4)])
+def test_generate_resumed_after_every_step_equals_the_uninterrupted_run(sampler, share, tmp_path, step_files):
     lm = make_lm()
-    kw = dict(lm=lm, particles=6, max_tokens=7, seed=11, sampler=sampler, ess_threshold=1.0, progress=False)
+    kw = dict(lm=lm, particles=6, max_tokens=7, seed=11, sampler=sampler, ess_threshold=1.0, progress=False,
+              finish_share=share)
     full = smc.generate("", CONSTRAINT, **kw)
+    assert (full.stats["banked"] > 0) == (share > 0)  # the banked copies are checkpointed too
     path = tmp_path / "run.ckpt"
     assert smc.generate("", CONSTRAINT, checkpoint=path, **kw).samples == full.samples
     assert sorted(step_files) == list(range(len(full.history) + 1))  # after start, then every step

@@ -135,3 +135,15 @@ def test_islands_flag(toy_lm, capsys, monkeypatch):
     code = cli.main(["generate", "--prompt", "", "--regex", "1", "--particles", "8", "--islands", "3"])
     err = capsys.readouterr().err
     assert code == 2 and "islands=3 must divide particles=8" in err and "Traceback" not in err
+
+
+def test_finish_share_flag(toy_lm, capsys):
+    """--finish-share banks finished copies (more samples than particles); a bad value is one
+    clear line."""
+    code = cli.main(["generate", "--prompt", "", "--regex", r"[12a-]*", "--particles", "4",
+                     "--finish-share", "0.5", "--max-tokens", "5", "--json", "--quiet"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(out["samples"]) > 4
+    code = cli.main(["generate", "--prompt", "", "--regex", "1", "--finish-share", "1.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "finish_share must be in [0, 1)" in err and "Traceback" not in err

@@ -61,9 +61,17 @@ CONFIGS = {
     "N4-grammar-awrs": ("digits", GRAMMAR, 3, "awrs", 4, 0.5, "systematic", None, 2000),
     "N8-islands4-always-multinomial-awrs": ("alt", PREDICATE, 3, "awrs", 8, 1.0, "multinomial", None, 2000),
     "N6-islands3-half-systematic-regex": ("digits", REGEX, 3, "direct", 6, 0.5, "systematic", None, 2000),
+    "N4-bank-half-rare-eos-awrs": ("rare_eos", PREDICATE, 3, "awrs", 4, 0.5, "multinomial", None, 2000),
+    "N4-bank-regex-always-direct": ("digits", REGEX, 3, "direct", 4, 1.0, "stratified", None, 2000),
+    "N4-bank-critic-awrs": ("alt", PREDICATE, 3, "awrs", 4, 1.0, "multinomial", critic, 2000),
+    "N8-bank-islands2-direct": ("alt", PREDICATE, 3, "direct", 8, 0.5, "systematic", None, 2000),
 }
+#: finish_share per configuration (default 0: no finished copies banked)
+FINISH_SHARE = {"N4-bank-half-rare-eos-awrs": 0.5, "N4-bank-regex-always-direct": 0.9,
+                "N4-bank-critic-awrs": 0.3, "N8-bank-islands2-direct": 0.6}
 #: islands per configuration (default 1: plain SMC)
-ISLANDS = {"N8-islands4-always-multinomial-awrs": 4, "N6-islands3-half-systematic-regex": 3}
+ISLANDS = {"N8-islands4-always-multinomial-awrs": 4, "N6-islands3-half-systematic-regex": 3,
+           "N8-bank-islands2-direct": 2}
 
 
 @lru_cache(maxsize=None)
@@ -71,7 +79,7 @@ def runs(name):
     """(Ẑ per run, per-run {string: (1/N) sum_i w_i 1[x_i = string]}) over seeded runs."""
     lm_name, phi, T, sampler, n, ess, scheme, crit, reps = CONFIGS[name]
     lm = LMS[lm_name]
-    model = ConstrainedGeneration(make_sampler(sampler, lm, phi), T)
+    model = ConstrainedGeneration(make_sampler(sampler, lm, phi), T, FINISH_SHARE.get(name, 0.0))
 
     async def go():
         zs, mass = [], []
@@ -105,7 +113,7 @@ def test_z_hat_is_unbiased(name):
 
 @pytest.mark.parametrize("name", ["N4-half-stratified-awrs", "N16-always-systematic-direct",
                                   "N4-critic-multinomial-awrs", "N4-regex-awrs",
-                                  *sorted(ISLANDS)])
+                                  *sorted(set(ISLANDS) | set(FINISH_SHARE))])
 def test_weighted_indicator_identity(name):
     """E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for every string s."""
     _, mass = runs(name)

@@ -97,6 +97,9 @@ def test_unsatisfiable_constraint_gives_empty_result_without_error():
         ({"resampling": "fancy"}, "unknown resampling"),
         ({"islands": 3}, "islands"),
         ({"islands": 0}, "islands"),
+        ({"finish_share": 1.0}, "finish_share"),
+        ({"finish_share": -0.1}, "finish_share"),
+        ({"finish_share": 0.5, "method": "beam"}, "finish_share is for method='smc'"),
     ],
 )
 def test_bad_arguments_fail_before_any_work(kw, msg):
@@ -180,3 +183,35 @@ def test_default_islands_and_their_use():
     plain = smc.generate("", Regex(r"[12a-]*"), islands=1, **kw)
     assert any(a // 4 != k // 4 for h in plain.history if h.ancestors is not None
                for k, a in enumerate(h.ancestors))
+
+
+def test_finish_share_must_be_a_number():
+    with pytest.raises(TypeError, match="finish_share"):
+        smc.generate("hi", constraint=Regex("a"), finish_share="half")
+
+
+def rare_stop(ids):
+    return [0.5, 0.5 - 1e-6, 1e-6]  # "a", "b", EOS
+
+
+def test_finish_share_finds_a_text_the_model_rarely_ends_on():
+    """Only "a" and "b" are complete and EOS has probability 1e-6: particles almost never draw
+    it, and past one token nothing can finish, so without banking no sample finishes; with a
+    share s every particle banks its first token, with s of the mass 1e-6 (the drawn EOS would
+    carry the rest: Ẑ's expectation is 1e-6)."""
+    lm = FastToyLM(["a", "b", "$"], "$", rare_stop)
+    one_token = Predicate(lambda text: len(text) == 1)
+    kw = dict(lm=lm, particles=4, max_tokens=4, seed=3, progress=False)
+    plain = smc.generate("", one_token, **kw)
+    assert plain.finished == [] and plain.log_ml == -math.inf and plain.stats["banked"] == 0
+    banked = smc.generate("", one_token, finish_share=0.5, **kw)
+    assert banked.stats["banked"] == 4 and len(banked.samples) == 8
+    assert {s.text for s in banked.finished} <= {"a", "b"} and len(banked.finished) == 4
+    assert banked.log_ml == pytest.approx(math.log(0.5 * 1e-6), rel=1e-5)
+
+
+def test_finish_share_zero_is_the_plain_run():
+    kw = dict(lm=toy(), particles=6, max_tokens=6, seed=5, progress=False)
+    a = smc.generate("", Regex(PHONE), **kw)
+    b = smc.generate("", Regex(PHONE), finish_share=0.0, **kw)
+    assert a.samples == b.samples and a.log_ml == b.log_ml and b.stats["banked"] == 0

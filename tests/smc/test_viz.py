@@ -29,9 +29,10 @@ LM = ToyLM(VOCAB, "$", lambda ids: [0.45, 0.3, 0.1, 0.15])
 PHI = TokenPredicate(4, [3], lambda x: x.count(0) <= 2, lambda x: len(x) >= 1)
 
 
-async def run(n=8, max_tokens=6, seed=1, phi=PHI, ess_threshold=0.9):
+async def run(n=8, max_tokens=6, seed=1, phi=PHI, ess_threshold=0.9, finish_share=0.0):
     return await agenerate("", phi, lm=LM, particles=n, max_tokens=max_tokens, seed=seed,
-                           sampler="direct", ess_threshold=ess_threshold, progress=False)
+                           sampler="direct", ess_threshold=ess_threshold, progress=False,
+                           finish_share=finish_share)
 
 
 # ---------------------------------------------------------------- genealogy data
@@ -58,6 +59,25 @@ async def test_genealogy_replays_every_final_particle():
         assert col["resampled"] == (rec.ancestors is not None) and col["ess"] == rec.ess
         assert math.isclose(sum(nd["weight"] for nd in col["nodes"]), 1.0)
     assert [nd["weight"] for nd in final] == pytest.approx(r.weights.tolist())
+
+
+async def test_genealogy_and_plot_of_a_run_that_banked():
+    """The banked copies are samples with no place in the lineage: the final column is the
+    population, N stays N, and the page and the plot still draw."""
+    import matplotlib.pyplot as plt
+
+    r = await run(finish_share=0.5)
+    banked = r.stats["banked"]
+    assert banked > 0 and len(r.samples) == 8 + banked
+    g = viz.genealogy(r, LM)
+    assert g["particles"] == 8 and g["banked"] == banked
+    final = g["columns"][-1]["nodes"]
+    assert [nd["text"] for nd in final] == [s.text for s in r.samples[:8]]
+    assert [nd["weight"] for nd in final] == pytest.approx(r.weights[:8].tolist())
+    assert "<html" in viz.to_html(r, LM).lower()
+    axes = viz.plot(r)
+    assert axes[1].get_ylim()[1] == pytest.approx(8 * 1.08)
+    plt.close("all")
 
 
 async def test_genealogy_without_lm_shows_ids():
