@@ -492,10 +492,14 @@ class ConstrainedGeneration(Model):
     async def _eos_mass(self, ctx: tuple[int, ...]) -> float:
         """log m(x) = log sum_{e in EOS} p(e | x) exp(logw_next(x)[e])."""
         eos = list(self.sampler.eos_ids)
-        logp = np.array(await self.sampler.lm_logprobs_at(ctx, eos))
+        logw = np.zeros(len(eos))
         if self.sampler.potential is not None:
-            logp = logp + np.asarray(await self.sampler.potential.logw_subset(ctx, eos))
-        return logsumexp(logp)
+            logw = np.asarray(await self.sampler.potential.logw_subset(ctx, eos))
+            if not (logw > NEG_INF).any():
+                # the text cannot end here: no LM row asked for (the population step's rows
+                # stay on the device, so this would be a forward pass of its own)
+                return NEG_INF
+        return logsumexp(np.array(await self.sampler.lm_logprobs_at(ctx, eos)) + logw)
 
     async def _bank_eos(self) -> None:
         """With ``finish_share`` s > 0: bank the text as it is with log s + log m(x)."""

@@ -208,6 +208,8 @@ def test_finish_share_finds_a_text_the_model_rarely_ends_on():
     assert banked.stats["banked"] == 4 and len(banked.samples) == 8
     assert {s.text for s in banked.finished} <= {"a", "b"} and len(banked.finished) == 4
     assert banked.log_ml == pytest.approx(math.log(0.5 * 1e-6), rel=1e-5)
+    # the LM is asked for EOS only where the text can end: once per particle, at its first token
+    assert banked.stats["lm_requests"] == plain.stats["lm_requests"] + 4
 
 
 def test_finish_share_zero_is_the_plain_run():
