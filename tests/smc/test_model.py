@@ -124,7 +124,37 @@ def test_primitives_guard_misuse():
         m.draw
     with pytest.raises(ValueError, match="finite"):
         m.score(float("nan"))
+    with pytest.raises(ValueError, match="bank's log weight"):
+        m.bank(math.inf)
     with pytest.raises(ValueError, match="Categorical"):
         Categorical([1, 2], [0.5])
     with pytest.raises(ValueError, match="unknown sampler"):
         LMContext(LMS["alt"], ()).next_token(PREDICATE, sampler="nope")
+
+
+class Halves(Model):
+    """Each step banks half of its mass as a finished copy and keeps the other half: after
+    k steps the banked copies carry 1/2, 1/4, ..., the particle 1/2^k (total 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.k = 0
+
+    async def step(self):
+        self.k += 1
+        self.bank(math.log(0.5))
+        self.bank(-math.inf)  # weight 0: nothing is set aside
+        self.score(math.log(0.5))
+        if self.k == 3:
+            self.finish()
+
+    def text(self):
+        return str(self.k)
+
+
+async def test_a_program_banks_finished_copies():
+    r = await smc(Halves(), 2, seed=0, progress=False)
+    assert r.stats["banked"] == 6 and len(r.samples) == 8
+    assert [s.text for s in r.samples[2:]] == ["1", "1", "2", "2", "3", "3"]  # as it was when banked
+    assert [math.exp(s.log_weight) for s in r.samples[2:]] == pytest.approx([0.5, 0.5, 0.25, 0.25, 0.125, 0.125])
+    assert math.exp(r.log_ml) == pytest.approx(1.0)
