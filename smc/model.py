@@ -341,10 +341,7 @@ class Model:
     # -- primitives
     def score(self, logw: float) -> None:
         """Multiply the weight by exp(logw)."""
-        logw = float(logw)
-        if math.isnan(logw) or logw == math.inf:
-            raise ValueError(f"score must be finite or -inf, got {logw}")
-        self.weight += logw
+        self.weight += _log_weight(logw, "score")
 
     def condition(self, ok: bool) -> None:
         """Weight 0 unless ``ok``."""
@@ -373,9 +370,7 @@ class Model:
         Result, and counts it in log_ml. The program keeps the run properly weighted by
         taking that share of the mass out of what goes on (``ConstrainedGeneration``'s
         ``finish_share`` banks a share of the EOS mass and gives the drawn EOS the rest)."""
-        logw = float(logw)
-        if math.isnan(logw) or logw == math.inf:
-            raise ValueError(f"bank's log weight must be finite or -inf, got {logw}")
+        logw = _log_weight(logw, "bank's log weight")
         if self.weight + logw > NEG_INF:
             self.__dict__.setdefault("_banked", []).append(
                 Sample(self.text(), self.token_ids(), self.weight + logw, True))
@@ -434,6 +429,14 @@ class Model:
         return clone_state(self)
 
 
+def _log_weight(logw: float, what: str) -> float:
+    """``logw`` as a float, or ValueError naming ``what`` when it is NaN or +inf."""
+    logw = float(logw)
+    if math.isnan(logw) or logw == math.inf:
+        raise ValueError(f"{what} must be finite or -inf, got {logw}")
+    return logw
+
+
 def check_finish_share(share: Any) -> float:
     """``share`` as a float, or ValueError/TypeError naming it: a number in [0, 1)."""
     if isinstance(share, bool) or not isinstance(share, (int, float)):
@@ -486,7 +489,8 @@ class ConstrainedGeneration(Model):
             if self.weight > NEG_INF:  # a dead particle stays unfinished
                 self.finish()
             return
-        await self._bank_eos()
+        if self.finish_share > 0.0:
+            await self._bank_eos()
         self._take(*await self._sampler_now().sample(ctx, self.draw))
 
     async def _eos_mass(self, ctx: tuple[int, ...]) -> float:
@@ -502,9 +506,8 @@ class ConstrainedGeneration(Model):
         return logsumexp(np.array(await self.sampler.lm_logprobs_at(ctx, eos)) + logw)
 
     async def _bank_eos(self) -> None:
-        """With ``finish_share`` s > 0: bank the text as it is with log s + log m(x)."""
-        if self.finish_share > 0.0:
-            self.bank(math.log(self.finish_share) + await self._eos_mass(tuple(self.tokens)))
+        """Bank the text as it is with log s + log m(x) (s = ``finish_share`` > 0)."""
+        self.bank(math.log(self.finish_share) + await self._eos_mass(tuple(self.tokens)))
 
     def _sampler_now(self) -> TokenSampler:
         """The sampler of this step: ``sampler.finishing()`` for the last token before the
@@ -538,7 +541,9 @@ class ConstrainedGeneration(Model):
                 groups.setdefault(id(s), (s, []))[1].append(p)
 
         async def draw_group(sampler: TokenSampler, ps: list[ConstrainedGeneration]) -> None:
-            await run_all(p._bank_eos() for p in ps)
+            banking = [p._bank_eos() for p in ps if p.finish_share > 0.0]
+            if banking:  # no task per particle when nothing is banked (the default)
+                await run_all(banking)
             for p, got in zip(ps, await sampler.sample_many([(tuple(p.tokens), p.draw) for p in ps])):
                 p._take(*got)
 
