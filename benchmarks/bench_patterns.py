@@ -27,9 +27,16 @@ copy carrying S of the target's EOS mass there (``smc.generate(..., finish_share
 target and the same unbiased Ẑ, so the same score, but a complete text the particles pass is a
 sample even where the model would not stop.
 
+With ``--followup-seeds K`` every pattern whose run ended with no finished sample is run again
+at seeds seed+1 .. seed+K (same N) and once with ``--followup-particles M`` particles at the
+same seed: a finished sample there shows the pattern satisfiable within T tokens and within the
+sampler's reach, and the count of seeds says how often N particles find one (``followup`` in the
+JSON record; the headline counts stay those of the first run).
+
     python benchmarks/bench_patterns.py [--corpus ../shared/corpora/patterns.csv] [--limit K]
         [--stride S] [--particles 5] [--max-tokens 32] [--timeout 60] [--seed 0] [--jsonl out.jsonl]
-        [--newline-eos] [--finish-share 0.5] [--pattern P ...]
+        [--newline-eos] [--finish-share 0.5] [--pattern P ...] [--followup-seeds 10]
+        [--followup-particles 100]
 """
 
 from __future__ import annotations
@@ -84,7 +91,9 @@ def score(pattern: str, posterior: dict[str, float]) -> float:
     return total
 
 
-async def run_one(pattern: str, lm, args) -> dict:
+async def run_one(pattern: str, lm, args, seed: int | None = None,
+                  particles: int | None = None) -> dict:
+    """One run of the module docstring (at ``seed`` and ``particles`` when given, else args')."""
     import smc
     from potentials import Regex
 
@@ -127,8 +136,9 @@ async def run_one(pattern: str, lm, args) -> dict:
         rec["reason"] = pot.fallback_reason
     try:
         res = await asyncio.wait_for(
-            smc.agenerate(prompt_for(pattern), pot, lm=lm, particles=args.particles,
-                          max_tokens=args.max_tokens, seed=args.seed, chat=False, progress=False,
+            smc.agenerate(prompt_for(pattern), pot, lm=lm, particles=particles or args.particles,
+                          max_tokens=args.max_tokens, seed=args.seed if seed is None else seed,
+                          chat=False, progress=False,
                           finish_share=args.finish_share),
             args.timeout)
     except asyncio.TimeoutError:
@@ -145,6 +155,28 @@ async def run_one(pattern: str, lm, args) -> dict:
     rec["budget_exceeded"] = getattr(pot, "budget_exceeded", 0)
     rec["status"] = "ok" if finished else "no_sample"
     return rec
+
+
+def best_text(rec: dict) -> str | None:
+    """The matching text of most posterior mass in a run's record, or None."""
+    hits = [(p, t) for t, p in rec.get("posterior", {}).items() if score(rec["pattern"], {t: 1.0})]
+    return max(hits)[1] if hits else None
+
+
+async def follow_up(rec: dict, lm, args) -> dict:
+    """For a run with no finished sample: the other seeds' and the larger population's runs
+    (module docstring), as {"seeds": K, "found_at": [seed, ...], "texts": [text per seed],
+    "particles": M, "large": text or None, "large_status": status}."""
+    found: dict[int, str] = {}
+    for seed in range(args.seed + 1, args.seed + 1 + args.followup_seeds):
+        again = await run_one(rec["pattern"], lm, args, seed=seed)
+        if again["status"] == "ok" and best_text(again) is not None:
+            found[seed] = best_text(again)
+    big = await run_one(rec["pattern"], lm, args, particles=args.followup_particles)
+    return {"seeds": args.followup_seeds, "found_at": sorted(found),
+            "texts": [found[s] for s in sorted(found)],
+            "particles": args.followup_particles, "large": best_text(big),
+            "large_status": big["status"]}
 
 
 def feature_class(rec: dict) -> str:
@@ -185,6 +217,17 @@ def summarize(recs: list[dict], timeout: float) -> None:
     for r in recs:
         if r["status"] != "ok":
             print(f"  {r['status']:13s} {r['pattern']!r} {r.get('error', r.get('texts', ''))!r:.160}")
+    followed = [r for r in recs if "followup" in r]
+    if followed:
+        reached = sum(bool(r["followup"]["found_at"]) or r["followup"]["large"] is not None
+                      for r in followed)
+        print(f"follow-up of the {len(followed)} runs with no finished sample: {reached} reach a "
+              f"matching sample at another seed or with more particles")
+        for r in followed:
+            f = r["followup"]
+            print(f"  {r['pattern']!r}: a sample at {len(f['found_at'])} of {f['seeds']} other "
+                  f"seeds {f['texts'][:3]!r:.80}; "
+                  f"N={f['particles']}: {f['large']!r}")
 
 
 async def main() -> None:
@@ -203,6 +246,10 @@ async def main() -> None:
                     help="bank this share of the EOS mass wherever the text could end")
     ap.add_argument("--pattern", action="append", default=None,
                     help="run these patterns instead of the corpus (repeatable)")
+    ap.add_argument("--followup-seeds", type=int, default=0,
+                    help="rerun each pattern left without a finished sample at this many other seeds")
+    ap.add_argument("--followup-particles", type=int, default=100,
+                    help="and once with this many particles (with --followup-seeds)")
     ap.add_argument("--summarize", type=Path, default=None,
                     help="only print the summary of a --jsonl file (e.g. of an interrupted run)")
     args = ap.parse_args()
@@ -228,6 +275,8 @@ async def main() -> None:
     recs = []
     for i, pattern in enumerate(patterns):
         rec = await run_one(pattern, lm, args)
+        if rec["status"] == "no_sample" and args.followup_seeds > 0:
+            rec["followup"] = await follow_up(rec, lm, args)
         recs.append(rec)
         print(f"[{i + 1:3d}] {rec['status']:13s} {rec['seconds']:6.2f}s "
               f"(constraint {rec.get('constraint_s', 0):5.2f}s) score "
