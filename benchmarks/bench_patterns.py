@@ -34,9 +34,9 @@ sampler's reach, and the count of seeds says how often N particles find one (``f
 JSON record; the headline counts stay those of the first run).
 
     python benchmarks/bench_patterns.py [--corpus ../shared/corpora/patterns.csv] [--limit K]
-        [--stride S] [--particles 5] [--max-tokens 32] [--timeout 60] [--seed 0] [--jsonl out.jsonl]
-        [--newline-eos] [--finish-share 0.5] [--pattern P ...] [--followup-seeds 10]
-        [--followup-particles 100]
+        [--stride S] [--particles 5] [--max-tokens 32] [--timeout 60] [--seed 0]
+        [--ess-threshold 0.5] [--jsonl out.jsonl] [--newline-eos] [--finish-share 0.5]
+        [--pattern P ...] [--followup-seeds 10] [--followup-particles 100]
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ async def run_one(pattern: str, lm, args, seed: int | None = None,
         res = await asyncio.wait_for(
             smc.agenerate(prompt_for(pattern), pot, lm=lm, particles=particles or args.particles,
                           max_tokens=args.max_tokens, seed=args.seed if seed is None else seed,
-                          chat=False, progress=False,
+                          chat=False, progress=False, ess_threshold=args.ess_threshold,
                           finish_share=args.finish_share),
             args.timeout)
     except asyncio.TimeoutError:
@@ -239,6 +239,8 @@ async def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ess-threshold", type=float, default=0.5,
+                    help="resample when ESS < this * N (0: never)")
     ap.add_argument("--jsonl", type=Path, default=None)
     ap.add_argument("--newline-eos", action="store_true",
                     help="tokens containing a newline end the text too (genlm-eval's setup)")
@@ -247,7 +249,7 @@ async def main() -> None:
     ap.add_argument("--pattern", action="append", default=None,
                     help="run these patterns instead of the corpus (repeatable)")
     ap.add_argument("--followup-seeds", type=int, default=0,
-                    help="rerun each pattern left without a finished sample at this many other seeds")
+                    help="rerun each run left without a finished sample at this many other seeds")
     ap.add_argument("--followup-particles", type=int, default=100,
                     help="and once with this many particles (with --followup-seeds)")
     ap.add_argument("--summarize", type=Path, default=None,
