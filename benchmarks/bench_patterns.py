@@ -159,7 +159,8 @@ async def run_one(pattern: str, lm, args, seed: int | None = None,
 
 def best_text(rec: dict) -> str | None:
     """The matching text of most posterior mass in a run's record, or None."""
-    hits = [(p, t) for t, p in rec.get("posterior", {}).items() if score(rec["pattern"], {t: 1.0})]
+    hits = [(p, t) for t, p in rec.get("posterior", {}).items()
+            if p > 0 and score(rec["pattern"], {t: 1.0})]
     return max(hits)[1] if hits else None
 
 
@@ -169,9 +170,9 @@ async def follow_up(rec: dict, lm, args) -> dict:
     "particles": M, "large": text or None, "large_status": status}."""
     found: dict[int, str] = {}
     for seed in range(args.seed + 1, args.seed + 1 + args.followup_seeds):
-        again = await run_one(rec["pattern"], lm, args, seed=seed)
-        if again["status"] == "ok" and best_text(again) is not None:
-            found[seed] = best_text(again)
+        text = best_text(await run_one(rec["pattern"], lm, args, seed=seed))
+        if text is not None:
+            found[seed] = text
     big = await run_one(rec["pattern"], lm, args, particles=args.followup_particles)
     return {"seeds": args.followup_seeds, "found_at": sorted(found),
             "texts": [found[s] for s in sorted(found)],
@@ -271,7 +272,7 @@ async def main() -> None:
     print(f"corpus {args.corpus} ({len(patterns)} patterns); model loaded in "
           f"{time.perf_counter() - t_load:.1f} s; N={args.particles}, T={args.max_tokens}, "
           f"timeout {args.timeout:.0f} s; EOS: {'EOS or a newline token' if args.newline_eos else 'EOS'}; "
-          f"finish share {args.finish_share}",
+          f"finish share {args.finish_share}; ESS threshold {args.ess_threshold}",
           flush=True)
     out = open(args.jsonl, "w") if args.jsonl else None
     recs = []
