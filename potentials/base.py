@@ -185,6 +185,15 @@ class BytePotential(Potential, Generic[S]):
         """
         return self.mask_key(state)
 
+    def completion(self, state: S) -> bytes | None:
+        """A short y with state_complete(advance(state, y)) > -inf, where one is known cheaply;
+        else None (the default).
+
+        Only the lookahead twist (potentials.lookahead) reads it, and a run's target does not
+        depend on it, so it may be any accepted completion; it must be a function of the state.
+        """
+        return None
+
     def complete_key(self, state: S) -> Hashable | None:
         """A hashable key k(state) with: k(s) == k(s') implies, for every byte string d,
         complete after d from s == complete after d from s' -- or None when there is none.

@@ -33,6 +33,7 @@ import numpy as np
 
 from potentials.base import NEG_INF, Potential
 from potentials.lift import Lifted
+from potentials.lookahead import Lookahead
 
 #: next-token rows and supports kept per Finishing potential (a few particles' last steps)
 ROW_CACHE = 64
@@ -136,3 +137,12 @@ class Finishing(Potential):
             return state is not None and await inner.potential.complete_after(
                 state, inner.vocab[a]) > NEG_INF
         return await inner.complete(inner.extend(ctx, a)) > NEG_INF
+
+
+def last_step(potential: Potential) -> Potential:
+    """The potential of the step after which EOS is forced: ``Finishing(potential)``, and for a
+    ``Lookahead`` the same twist over ``Finishing`` of its inner potential (the twist's g is one
+    function of (x, a) at every step, as the program's untwisting assumes)."""
+    if isinstance(potential, Lookahead):
+        return potential.for_inner(Finishing(potential.inner))
+    return Finishing(potential)

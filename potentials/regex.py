@@ -43,6 +43,7 @@ from typing import Any, Hashable, Iterable, Sequence
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.regex_chars import representatives
+from potentials.regex_completion import shortest_completion
 from potentials.fsm import (
     ByteDFA,
     InvalidRegex,
@@ -115,6 +116,13 @@ class Regex(BytePotential):
             self._relaxed_at: dict[bytes, int] = {}
             self._partial_cache: dict[str, bool] = {}
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # on the fallback, the arguments (compiled again on load): the relaxed automaton holds
+        # parse trees of re's that do not pickle (a checkpointed run pickles its constraint)
+        if self.dfa is not None:
+            return super().__reduce_ex__(protocol)
+        return (type(self), (self.pattern, self.flags, self.timeout))
+
     def __repr__(self) -> str:
         return f"Regex({self.pattern!r}{', flags=%d' % self.flags if self.flags else ''})"
 
@@ -125,6 +133,18 @@ class Regex(BytePotential):
     def complete_key(self, state: Any) -> Hashable | None:
         """The DFA state too (it decides acceptance); none on the fallback."""
         return state if self.dfa is not None else None
+
+    def completion(self, state: Any) -> bytes | None:
+        """On the fallback, the shortest completion that potentials.regex_completion finds for
+        the text (None past its budget, for syntax it does not search, or after an incomplete
+        UTF-8 character); None on the automaton."""
+        if self.dfa is not None:
+            return None
+        parts = split_utf8(bytes(state))
+        if parts is None or parts[1]:
+            return None
+        y = shortest_completion(self.pattern, self.flags, parts[0])
+        return None if y is None else y.encode("utf-8")
 
     def plain_text_key(self, state: Any) -> tuple[Hashable, float] | None:
         """On the automaton: (the DFA state, inf), L_k = the DFA from state k survives the

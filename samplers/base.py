@@ -193,7 +193,7 @@ class TokenSampler(ABC):
 
     def finishing(self) -> "TokenSampler":
         """This sampler for a step after which EOS is forced: the same class, LM, prompt and
-        settings, targeting ``potentials.finishing.Finishing(potential)`` (tokens after which
+        settings, targeting ``potentials.finishing.last_step(potential)`` (tokens after which
         the text cannot finish get weight 0; exact, see that module). ``self`` without a
         potential. Built once and kept; it shares ``stats`` with this sampler."""
         got = self.__dict__.get("_finishing")
@@ -201,12 +201,12 @@ class TokenSampler(ABC):
             if self.potential is None:
                 got = self
             else:
-                from potentials.finishing import Finishing
+                from potentials.finishing import last_step
 
                 got = copy.copy(self)
                 for private in ("_finishing", "_population_batcher"):
                     got.__dict__.pop(private, None)  # the batcher is bound to this sampler
-                got.potential = Finishing(self.potential)
+                got.potential = last_step(self.potential)
                 inner = getattr(self, "inner", None)
                 if isinstance(inner, TokenSampler):  # a ProposalSampler's inner sampler
                     got.inner = inner.finishing()

@@ -183,7 +183,8 @@ class CheckpointWriter:
     Args:
         path: the checkpoint file.
         info: for ``generate``: ``prompt_ids``, ``constraint`` (pickled here, once),
-            ``sampler`` (its name), ``max_tokens``, ``lm`` (the backend, for its fingerprint).
+            ``sampler`` (its name), ``max_tokens``, ``lookahead`` (its rate, default 0),
+            ``lm`` (the backend, for its fingerprint).
     """
 
     def __init__(self, path: str | os.PathLike, info: dict[str, Any] | None = None,
@@ -197,6 +198,7 @@ class CheckpointWriter:
                 "prompt_ids": [int(i) for i in info["prompt_ids"]],
                 "sampler": info["sampler"],
                 "max_tokens": int(info["max_tokens"]),
+                "lookahead": float(info.get("lookahead", 0.0)),
                 "lm_vocab": info.get("lm_vocab") or vocab_fingerprint(info["lm"]),
             }
             if constraint_bytes is not None:
@@ -395,7 +397,7 @@ def _rebuild_generation(header: dict, constraint_bytes: bytes, lm: LMBackend, sh
     """``shared`` plus the token sampler of a ``generate`` run, rebuilt from ``lm`` and the stored
     constraint, under the name(s) the particles use for it."""
     from samplers import make_sampler
-    from smc.model import lift
+    from smc.model import target_potential
 
     gen = header["generate"]
     if lm is None:
@@ -405,7 +407,8 @@ def _rebuild_generation(header: dict, constraint_bytes: bytes, lm: LMBackend, sh
         constraint = pickle.loads(constraint_bytes)
     except Exception as err:  # noqa: BLE001
         raise CheckpointError(f"cannot load the run's constraint: {type(err).__name__}: {err}") from None
-    sampler = make_sampler(gen["sampler"], lm, lift(constraint, lm), gen["prompt_ids"])
+    potential = target_potential(constraint, lm, gen.get("lookahead", 0.0))
+    sampler = make_sampler(gen["sampler"], lm, potential, gen["prompt_ids"])
     out = dict(shared)
     for name, rec in header["shared"].items():
         if name not in out and rec["type"] == _type_name(sampler):

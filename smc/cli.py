@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--finish-share", type=float, default=0.0,
                    help="bank this share of the EOS mass wherever the text could end (0 <= S < 1; "
                         "every complete text the particles pass becomes a sample)")
+    g.add_argument("--lookahead", type=float, default=0.0,
+                   help="steer toward texts short to complete, RATE nats per byte of detour "
+                        "(a --regex with backreferences; same target; default 0: off)")
     g.add_argument("--sampler", choices=sorted(SAMPLERS), default="awrs")
     g.add_argument("--method", choices=["smc", "beam", "top_k", "steer"], default="smc",
                    help="smc (default); beam / top_k: --particles best sequences (deterministic); "
@@ -131,12 +134,13 @@ def _generate(args: argparse.Namespace) -> int:
     from smc.search import check_method
 
     prompt = _prompt(args)
+    constraint = _constraint(args)
     check_generate_args(
         prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed,
         islands=args.islands, finish_share=args.finish_share, method=args.method,
+        lookahead=args.lookahead, constraint=constraint,
     )
     check_method(args.method, args.n_beam)
-    constraint = _constraint(args)
     lm = load_lm(args.model, backend=args.backend)
     result = generate(
         prompt,
@@ -151,6 +155,7 @@ def _generate(args: argparse.Namespace) -> int:
         n_beam=args.n_beam,
         islands=args.islands,
         finish_share=args.finish_share,
+        lookahead=args.lookahead,
     )
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))

@@ -21,7 +21,7 @@ from samplers import SAMPLERS, make_sampler
 from smc.backends.base import LMBackend, check_backend
 from smc.engine import Critic, check_smc_args, smc
 from smc.backends.prompts import Prompt, encode_prompt, prompt_kind
-from smc.model import ConstrainedGeneration, check_finish_share, lift
+from smc.model import ConstrainedGeneration, check_finish_share, check_lookahead, target_potential
 from smc.result import Result
 from smc.search import check_method, run_search
 
@@ -84,6 +84,8 @@ def check_generate_args(
     islands: Any = None,
     finish_share: Any = 0.0,
     method: Any = "smc",
+    lookahead: Any = 0.0,
+    constraint: Any = None,
 ) -> None:
     """TypeError/ValueError naming the first bad argument (run before any work)."""
     prompt_kind(prompt)
@@ -103,6 +105,8 @@ def check_generate_args(
         raise TypeError(f"critic must be a function of a particle (or None), got {critic!r}")
     if check_finish_share(finish_share) > 0 and method != "smc":
         raise ValueError(f"finish_share is for method='smc' runs, not method={method!r}")
+    if check_lookahead(lookahead, constraint) > 0 and method != "smc":
+        raise ValueError(f"lookahead is for method='smc' runs, not method={method!r}")
 
 
 def default_islands(particles: int) -> int:
@@ -147,12 +151,13 @@ async def agenerate(
     n_beam: int | None = None,
     islands: int | None = None,
     finish_share: float = 0.0,
+    lookahead: float = 0.0,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
         chat=chat, progress=progress, critic=critic, islands=islands, finish_share=finish_share,
-        method=method,
+        method=method, lookahead=lookahead, constraint=constraint,
     )
     check_method(method, n_beam, critic)
     if checkpoint is not None:  # a bad path is refused before the LM loads
@@ -167,7 +172,7 @@ async def agenerate(
         lm = load_lm()
     check_memory(int(particles), len(lm.vocab))
     ids = prompt_ids_for(lm, prompt, chat, max_tokens)
-    token_sampler = make_sampler(sampler, lm, lift(constraint, lm), ids)
+    token_sampler = make_sampler(sampler, lm, target_potential(constraint, lm, lookahead), ids)
     model = ConstrainedGeneration(token_sampler, max_tokens, finish_share)
     if method != "smc":
         result = await run_search(model, method, particles, n_beam, seed)
@@ -184,7 +189,7 @@ async def agenerate(
         progress=progress,
         progress_total=max_tokens + 1,
         islands=default_islands(particles) if islands is None else islands,
-        **checkpoint_args(checkpoint, lm, ids, constraint, sampler, max_tokens),
+        **checkpoint_args(checkpoint, lm, ids, constraint, sampler, max_tokens, lookahead),
     )
     result.stats.update(prompt_tokens=len(ids), sampler=sampler, max_tokens=max_tokens)
     result.constraint = constraint  # for Result.parsed
@@ -193,13 +198,14 @@ async def agenerate(
 
 def checkpoint_args(
     checkpoint: str | os.PathLike | None, lm: LMBackend, ids: list[int], constraint: Potential | None,
-    sampler: str, max_tokens: int,
+    sampler: str, max_tokens: int, lookahead: float = 0.0,
 ) -> dict[str, Any]:
     """The keyword arguments that make ``smc`` checkpoint a generate run (none without a
     checkpoint): what ``smc.resume`` needs besides the particles to rebuild the program."""
     if checkpoint is None:
         return {}
-    info = dict(prompt_ids=ids, constraint=constraint, sampler=sampler, max_tokens=max_tokens, lm=lm)
+    info = dict(prompt_ids=ids, constraint=constraint, sampler=sampler, max_tokens=max_tokens, lm=lm,
+                lookahead=lookahead)
     return dict(checkpoint=checkpoint, _checkpoint_info=info)
 
 
@@ -222,6 +228,7 @@ def generate(
     n_beam: int | None = None,
     islands: int | None = None,
     finish_share: float = 0.0,
+    lookahead: float = 0.0,
 ) -> Result:
     """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
 
@@ -268,6 +275,13 @@ def generate(
             EOS carries the rest (``ConstrainedGeneration``; same target, Ẑ unbiased). With
             s > 0 every complete text the particles pass is a sample, which finds answers the
             model is unlikely to end on; the Result then holds more than N samples. Default 0.
+        lookahead: rate > 0 steers the proposal toward texts that are short to complete
+            (``potentials.lookahead``: a token pays ``rate`` nats per byte it writes off a short
+            completion of the text, and per byte that completion grows), the twist divided out
+            at every finish (same target, Ẑ unbiased). It acts where the constraint knows
+            completions: today a Regex on the ``regex`` fallback (backreferences,
+            conditionals), where the model would otherwise write a copy only by chance; for
+            other constraints the run is the plain one. Default 0 (off).
 
     Returns a Result. An unsatisfiable constraint gives a Result with no finished samples and
     log_ml = -inf. Bad arguments raise ValueError/TypeError before any work.
@@ -279,12 +293,12 @@ def generate(
         lm=lm, particles=particles, max_tokens=max_tokens, seed=seed, sampler=sampler,
         ess_threshold=ess_threshold, resampling=resampling, chat=chat, progress=progress,
         critic=critic, checkpoint=checkpoint, method=method, n_beam=n_beam, islands=islands,
-        finish_share=finish_share,
+        finish_share=finish_share, lookahead=lookahead,
     )
     check_generate_args(
         prompt, particles, max_tokens, ess_threshold, sampler, resampling, seed, lm,
         chat=chat, progress=progress, critic=critic, islands=islands, finish_share=finish_share,
-        method=method,
+        method=method, lookahead=lookahead, constraint=constraint,
     )
     check_method(method, n_beam, critic)
     try:

@@ -29,6 +29,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from potentials.base import NEG_INF, BytePotential, Potential, logsumexp
+from potentials.lookahead import Lookahead
 from samplers import SAMPLERS, Draw, TokenSampler
 from smc.backends.base import LMBackend, check_backend, is_lm
 from smc.backends.prompts import Prompt, encode_prompt
@@ -446,6 +447,19 @@ def check_finish_share(share: Any) -> float:
     return float(share)
 
 
+def check_lookahead(rate: Any, constraint: Any = None) -> float:
+    """``rate`` as a float, or ValueError/TypeError naming it: a finite number >= 0, and when
+    > 0, ``constraint`` must be a byte-level one (the twist reads its byte states)."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise TypeError(f"lookahead must be a number >= 0 (nats per byte of detour), got {rate!r}")
+    if not (math.isfinite(rate) and rate >= 0):
+        raise ValueError(f"lookahead must be a finite number >= 0 (nats per byte of detour), got {rate!r}")
+    if rate > 0 and not isinstance(constraint, BytePotential):
+        raise ValueError("lookahead needs a byte-level constraint (Regex, Grammar, JSONSchema, ...), "
+                         f"got {type(constraint).__name__ if constraint is not None else None}")
+    return float(rate)
+
+
 class ConstrainedGeneration(Model):
     """The built-in program behind ``smc.generate``: x ~ pi(x) ∝ p(x, EOS) phi(x), |x| <= max_tokens.
 
@@ -466,6 +480,10 @@ class ConstrainedGeneration(Model):
     target and Ẑ's unbiasedness stay; every text the particles pass where EOS is allowed is
     then a finished sample, however unlikely the model is to stop there. It costs one
     completion check per particle and step.
+
+    When the sampler's potential is a ``potentials.lookahead.Lookahead`` (``generate(...,
+    lookahead=rate)``), the particles' weights carry its twist exp(G(x)) and every finish above
+    (drawn, banked, forced) divides it out: log w - G(x), so the target stays pi.
     """
 
     #: read by particles pickled before the option existed
@@ -485,7 +503,7 @@ class ConstrainedGeneration(Model):
     async def step(self) -> None:
         ctx = tuple(self.tokens)
         if len(ctx) >= self.max_tokens:
-            self.score(await self._eos_mass(ctx))
+            self.score(await self._eos_mass(ctx) - self._twist())
             if self.weight > NEG_INF:  # a dead particle stays unfinished
                 self.finish()
             return
@@ -507,7 +525,13 @@ class ConstrainedGeneration(Model):
 
     async def _bank_eos(self) -> None:
         """Bank the text as it is with log s + log m(x) (s = ``finish_share`` > 0)."""
-        self.bank(math.log(self.finish_share) + await self._eos_mass(tuple(self.tokens)))
+        self.bank(math.log(self.finish_share) + await self._eos_mass(tuple(self.tokens)) - self._twist())
+
+    def _twist(self) -> float:
+        """G(x): the lookahead twist the weight carries (potentials.lookahead; 0 without one),
+        divided out of every finished text."""
+        pot = self.sampler.potential
+        return pot.twist(self.tokens) if isinstance(pot, Lookahead) else 0.0
 
     def _sampler_now(self) -> TokenSampler:
         """The sampler of this step: ``sampler.finishing()`` for the last token before the
@@ -522,6 +546,7 @@ class ConstrainedGeneration(Model):
         if token in self.sampler.eos_ids:
             if self.finish_share > 0.0:  # the share _bank_eos set aside
                 self.score(math.log1p(-self.finish_share))
+            self.score(-self._twist())
             self.finish()
         else:
             self.tokens.append(token)
@@ -566,6 +591,17 @@ class ConstrainedGeneration(Model):
 def decode(lm: LMBackend, tokens: Sequence[int]) -> str:
     """Text of ``tokens`` (invalid UTF-8, e.g. a character cut by max_tokens, becomes U+FFFD)."""
     return b"".join(lm.vocab[t] for t in tokens).decode("utf-8", errors="replace")
+
+
+def target_potential(constraint: Potential | None, lm: LMBackend, lookahead: float = 0.0) -> Potential | None:
+    """``lift(constraint, lm)``, inside a ``Lookahead`` twist of that rate when ``lookahead`` > 0
+    (a byte-level constraint only) and the constraint knows completions: the one rule by which
+    ``generate`` and ``resume`` build a run's token-level potential."""
+    pot = lift(constraint, lm)
+    if check_lookahead(lookahead, constraint) == 0:
+        return pot
+    twisted = Lookahead(pot, lookahead)
+    return twisted if twisted.active else pot  # no completions known: the plain run, exactly
 
 
 def lift(constraint: Potential | None, lm: LMBackend) -> Potential | None:

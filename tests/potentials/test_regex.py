@@ -253,3 +253,14 @@ def test_regex_objects_of_one_pattern_share_their_automaton():
     assert a.dfa is b.dfa
     assert Regex(r"[a-z ]{1,20}", re.IGNORECASE).dfa is not a.dfa
     assert b.advance(b.initial(), b"ab c") is not None and b.advance(b.initial(), b"A") is None
+
+
+def test_a_fallback_regex_pickles_as_its_arguments():
+    """A checkpointed run pickles its constraint; on the fallback the relaxed automaton holds
+    re's parse trees, which do not pickle, so the pattern is compiled again on load."""
+    import pickle
+
+    r = Regex(r"([abc]+) \1", timeout=3.0)
+    back = pickle.loads(pickle.dumps(r))
+    assert back.dfa is None and (back.pattern, back.flags, back.timeout) == (r"([abc]+) \1", 0, 3.0)
+    assert back.advance(back.initial(), b"ab a") is not None and back.advance(back.initial(), b"ab b") is None

@@ -178,6 +178,20 @@ def test_generate_resumed_after_every_step_equals_the_uninterrupted_run(sampler,
         assert r.stats["sampler"] == sampler and r.stats["max_tokens"] == 7
 
 
+def test_generate_with_lookahead_resumed_after_every_step(tmp_path, step_files):
+    """The lookahead rate is part of the checkpoint: resume rebuilds the twisted potential."""
+    copy = Regex(r"([abc]+) \1")  # a copy language: the twist is active
+    kw = dict(lm=make_lm(), particles=6, max_tokens=7, seed=4, ess_threshold=1.0, progress=False,
+              lookahead=0.7)
+    full = smc.generate("", copy, **kw)
+    assert full.finished
+    assert smc.generate("", copy, checkpoint=tmp_path / "run.ckpt", **kw).samples == full.samples
+    for step, f in step_files.items():
+        same_result(smc.resume(f, lm=make_lm(), checkpoint=None), full)
+    plain = smc.generate("", copy, **{**kw, "lookahead": 0.0})
+    assert plain.samples != full.samples  # so the rebuilt twist is what made them equal
+
+
 async def test_program_with_critic_resumed_after_every_step(tmp_path, step_files):
     lm = make_lm()
 

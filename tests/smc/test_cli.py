@@ -147,3 +147,25 @@ def test_finish_share_flag(toy_lm, capsys):
     code = cli.main(["generate", "--prompt", "", "--regex", "1", "--finish-share", "1.5"])
     err = capsys.readouterr().err
     assert code == 2 and "finish_share must be in [0, 1)" in err and "Traceback" not in err
+
+
+def test_lookahead_flag(toy_lm, capsys, monkeypatch):
+    """--lookahead reaches generate, and a bad value is one clear line."""
+    import smc.generation
+
+    seen = {}
+    real = smc.generation.generate
+
+    def spy(*a, **kw):
+        seen.update(lookahead=kw.get("lookahead"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(smc.generation, "generate", spy)
+    code = cli.main(["generate", "--prompt", "", "--regex", r"([12])\1-", "--particles", "4",
+                     "--lookahead", "1.5", "--max-tokens", "5", "--json", "--quiet"])
+    assert code == 0 and seen == {"lookahead": 1.5}
+    assert all(re.fullmatch(r"([12])\1-", s["text"]) for s in json.loads(capsys.readouterr().out)["samples"]
+               if s["finished"])
+    code = cli.main(["generate", "--prompt", "", "--regex", "1", "--lookahead", "-1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "lookahead must be a finite number >= 0" in err and "Traceback" not in err

@@ -9,6 +9,7 @@ import pytest
 
 from potentials import Grammar, Regex
 from potentials.base import NEG_INF
+from potentials.lookahead import Lookahead
 from samplers import make_sampler
 from smc.engine import smc
 from smc.model import ConstrainedGeneration, Model
@@ -39,6 +40,9 @@ PREDICATE = TokenPredicate(3, [2], lambda x: x.count(0) <= 1, lambda x: len(x) >
 # byte-level constraints lifted to the "digits" vocabulary (tokens "1", "2", "12", "-")
 REGEX = Regex(r"1+-?2").lift(LMS["digits"])
 GRAMMAR = Grammar('start: "1" start "2" | "-"').lift(LMS["digits"])
+# a copy language (the regex fallback) under the lookahead twist: the proposal prefers tokens on
+# a shortest completion, the program divides the twist out at every finish
+LOOKAHEAD = Lookahead(Regex(r"^([12]+)-?\1$").lift(LMS["digits"]), 0.5)
 
 
 def phi_complete(phi):
@@ -65,10 +69,13 @@ CONFIGS = {
     "N4-bank-regex-always-direct": ("digits", REGEX, 3, "direct", 4, 1.0, "stratified", None, 2000),
     "N4-bank-critic-awrs": ("alt", PREDICATE, 3, "awrs", 4, 1.0, "multinomial", critic, 2000),
     "N8-bank-islands2-direct": ("alt", PREDICATE, 3, "direct", 8, 0.5, "systematic", None, 2000),
+    "N4-lookahead-awrs": ("digits", LOOKAHEAD, 3, "awrs", 4, 0.5, "multinomial", None, 2000),
+    "N4-lookahead-bank-direct": ("digits", LOOKAHEAD, 3, "direct", 4, 1.0, "systematic", None, 2000),
 }
 #: finish_share per configuration (default 0: no finished copies banked)
 FINISH_SHARE = {"N4-bank-half-rare-eos-awrs": 0.5, "N4-bank-regex-always-direct": 0.9,
-                "N4-bank-critic-awrs": 0.3, "N8-bank-islands2-direct": 0.6}
+                "N4-bank-critic-awrs": 0.3, "N8-bank-islands2-direct": 0.6,
+                "N4-lookahead-bank-direct": 0.5}
 #: islands per configuration (default 1: plain SMC)
 ISLANDS = {"N8-islands4-always-multinomial-awrs": 4, "N6-islands3-half-systematic-regex": 3,
            "N8-bank-islands2-direct": 2}
@@ -99,6 +106,7 @@ def runs(name):
 
 def exact(name):
     lm_name, phi, T = CONFIGS[name][:3]
+    phi = getattr(phi, "lifted", phi)  # a Lookahead's target is its constraint's
     return exact_target(LMS[lm_name], phi_complete(phi), T)
 
 
@@ -112,7 +120,7 @@ def test_z_hat_is_unbiased(name):
 
 
 @pytest.mark.parametrize("name", ["N4-half-stratified-awrs", "N16-always-systematic-direct",
-                                  "N4-critic-multinomial-awrs", "N4-regex-awrs",
+                                  "N4-critic-multinomial-awrs", "N4-regex-awrs", "N4-lookahead-awrs",
                                   *sorted(set(ISLANDS) | set(FINISH_SHARE))])
 def test_weighted_indicator_identity(name):
     """E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for every string s."""
@@ -236,3 +244,16 @@ async def test_bad_engine_arguments():
                     ({"islands": 0}, "islands"), ({"islands": True}, "islands")]:
         with pytest.raises(ValueError, match=msg):
             await smc(model, **kw)
+
+
+def test_the_lookahead_twist_is_not_trivial_in_these_runs():
+    """The lookahead configurations above test something: their proposal differs from the
+    constraint's (some live token loses weight), and G(x) != 0 on some texts."""
+    ctx = (0,)  # "1": "1" completes it, "2" and "12" lengthen the shortest completion
+    twisted = asyncio.run(LOOKAHEAD.logw_next(ctx))
+    plain = asyncio.run(LOOKAHEAD.lifted.logw_next(ctx))
+    live = plain > NEG_INF
+    assert np.array_equal(twisted > NEG_INF, live)
+    assert twisted[0] == plain[0] == 0.0
+    assert (twisted[live] < plain[live]).any()
+    assert LOOKAHEAD.twist((0, 1)) < 0
