@@ -4,9 +4,11 @@ Nothing here is public API upstream, so a new Python or jsonschema release may r
 it. Every use in the project goes through this module (users in brackets):
 
     re._parser      parse(pattern, flags) -> tree; tree.data (the items), tree.state.flags
-                    (global flags), SubPattern.getwidth() -> (min, max)       [fsm, grammar]
+                    (global flags), SubPattern.getwidth() -> (min, max)
+                                                       [fsm, grammar, regex_completion]
     re._constants   the opcodes and flag bits of those trees (``C`` below), items (op, av)
-                    with the av layouts ``subtrees`` and potentials.fsm read   [fsm, grammar]
+                    with the av layouts ``subtrees`` and potentials.fsm read
+                                          [fsm, grammar, regex_relax, regex_completion]
     _sre            unicode_iscased(cp), unicode_tolower(cp): re's own case rules     [fsm]
     jsonschema._utils.equal      jsonschema's JSON equality (1 == 1.0, True != 1)  [json_clauses]
     validator._resolver, validator.evolve(_resolver=r), resolver._base_uri

@@ -5,7 +5,7 @@
 For a regular pattern this is a shortest path in its automaton; with backreferences it depends
 on what the groups captured, which is why the ``regex`` fallback (potentials.regex) cannot read
 it off a state. ``shortest_completion`` finds it by backtracking over the pattern's parse tree
-(``re``'s own parser) against x, the way a matcher would, except that when the text runs out it
+(``re``'s own parser, through potentials._compat) against x, the way a matcher would, except that when the text runs out it
 goes on *writing*: a character test writes one character it accepts, a backreference writes
 the rest of its group's capture, a repeat stops as soon as its minimum is met. Every way of
 matching x is tried, so the result is the shortest completion over all parses, up to these
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import functools
 import re
-from re import _constants as C  # the opcodes of re's parse tree
-from re import _parser
 from typing import Callable, Sequence
+
+from potentials._compat import C, parse_regex, tree_flags, tree_items
 
 #: steps one search may take (a few milliseconds of Python)
 BUDGET = 20_000
@@ -60,13 +60,13 @@ def _parse(pattern: str, flags: int) -> tuple[list, bool] | None:
     """(parse tree, dotall), or None when ``re`` cannot parse the pattern or it sets a flag the
     search does not model."""
     try:
-        tree = _parser.parse(pattern, flags)
+        tree = parse_regex(pattern, flags)
     except (re.error, OverflowError, RecursionError):
         return None
-    flags = tree.state.flags
+    flags = tree_flags(tree)
     if flags & (re.IGNORECASE | re.MULTILINE | re.LOCALE | re.ASCII):
         return None
-    return list(tree.data), bool(flags & re.DOTALL)
+    return tree_items(tree), bool(flags & re.DOTALL)
 
 
 def shortest_completion(pattern: str, flags: int, text: str, budget: int = BUDGET) -> str | None:
@@ -136,16 +136,16 @@ class _Search:
                 self.dotall = inner  # other ways of matching the group go on inside it
 
             self.dotall = inner
-            self.seq(list(sub.data), 0, pos, s, groups, closed, close)
+            self.seq(tree_items(sub), 0, pos, s, groups, closed, close)
             self.dotall = outer
         elif op is C.ATOMIC_GROUP:
-            self.seq(list(av.data), 0, pos, s, groups, closed, then)
+            self.seq(tree_items(av), 0, pos, s, groups, closed, then)
         elif op is C.BRANCH:
             for alt in av[1]:
-                self.seq(list(alt.data), 0, pos, s, groups, closed, then)
+                self.seq(tree_items(alt), 0, pos, s, groups, closed, then)
         elif op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT):
             lo, hi, item = av
-            self.repeat(list(item.data), lo, hi, 0, pos, s, groups, closed, then)
+            self.repeat(tree_items(item), lo, hi, 0, pos, s, groups, closed, then)
         elif op is C.GROUPREF:
             span = groups[av] if av < len(groups) else None
             if span is not None:
@@ -154,7 +154,7 @@ class _Search:
             gid, yes, no = av
             taken = gid < len(groups) and groups[gid] is not None
             branch = yes if taken else no
-            self.seq(list(branch.data) if branch is not None else [], 0, pos, s, groups, closed, then)
+            self.seq(tree_items(branch) if branch is not None else [], 0, pos, s, groups, closed, then)
         elif op is C.AT:
             self.anchor(av, pos, s, groups, closed, then)
         else:  # lookarounds, case-insensitive references, ...
