@@ -27,10 +27,11 @@ copy carrying S of the target's EOS mass there (``smc.generate(..., finish_share
 target and the same unbiased Ẑ, so the same score, but a complete text the particles pass is a
 sample even where the model would not stop.
 
-With ``--lookahead R`` the proposal is twisted toward texts that are short to complete
-(``smc.generate(..., lookahead=R)``, potentials.lookahead: it acts on the patterns with
-backreferences, whose shortest completion the fallback can search): again the same target and
-Ẑ, divided out at every finish, but the particles write the copies a copy language needs.
+The runs use ``smc.generate``'s lookahead twist (potentials.lookahead; default rate 1.0, it
+acts on the patterns with backreferences, whose shortest completion the fallback can search):
+the same target and Ẑ, the twist divided out at every finish, but the particles write the
+copies a copy language needs. ``--lookahead 0`` turns it off (the runs before it existed),
+``--lookahead R`` sets another rate.
 
 With ``--followup-seeds K`` every pattern whose run ended with no finished sample is run again
 at seeds seed+1 .. seed+K (same N) and once with ``--followup-particles M`` particles at the
@@ -41,7 +42,7 @@ JSON record; the headline counts stay those of the first run).
     python benchmarks/bench_patterns.py [--corpus ../shared/corpora/patterns.csv] [--limit K]
         [--stride S] [--particles 5] [--max-tokens 32] [--timeout 60] [--seed 0]
         [--ess-threshold 0.5] [--jsonl out.jsonl] [--newline-eos] [--finish-share 0.5]
-        [--lookahead 1.0] [--pattern P ...] [--followup-seeds 10] [--followup-particles 100]
+        [--lookahead R] [--pattern P ...] [--followup-seeds 10] [--followup-particles 100]
 """
 
 from __future__ import annotations
@@ -252,8 +253,8 @@ async def main() -> None:
                     help="tokens containing a newline end the text too (genlm-eval's setup)")
     ap.add_argument("--finish-share", type=float, default=0.0,
                     help="bank this share of the EOS mass wherever the text could end")
-    ap.add_argument("--lookahead", type=float, default=0.0,
-                    help="steer toward texts short to complete (smc.generate's lookahead rate)")
+    ap.add_argument("--lookahead", type=float, default=None,
+                    help="smc.generate's lookahead rate (default: generate's, 1.0; 0: off)")
     ap.add_argument("--pattern", action="append", default=None,
                     help="run these patterns instead of the corpus (repeatable)")
     ap.add_argument("--followup-seeds", type=int, default=0,
@@ -279,7 +280,8 @@ async def main() -> None:
     print(f"corpus {args.corpus} ({len(patterns)} patterns); model loaded in "
           f"{time.perf_counter() - t_load:.1f} s; N={args.particles}, T={args.max_tokens}, "
           f"timeout {args.timeout:.0f} s; EOS: {'EOS or a newline token' if args.newline_eos else 'EOS'}; "
-          f"finish share {args.finish_share}; lookahead {args.lookahead}; ESS threshold {args.ess_threshold}",
+          f"finish share {args.finish_share}; lookahead "
+          f"{'default' if args.lookahead is None else args.lookahead}; ESS threshold {args.ess_threshold}",
           flush=True)
     out = open(args.jsonl, "w") if args.jsonl else None
     recs = []

@@ -53,9 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--finish-share", type=float, default=0.0,
                    help="bank this share of the EOS mass wherever the text could end (0 <= S < 1; "
                         "every complete text the particles pass becomes a sample)")
-    g.add_argument("--lookahead", type=float, default=0.0,
-                   help="steer toward texts short to complete, RATE nats per byte of detour "
-                        "(a --regex with backreferences; same target; default 0: off)")
+    g.add_argument("--lookahead", type=float, default=None,
+                   help="steer toward texts short to complete, RATE nats per byte of detour; it "
+                        "acts on a --regex with backreferences (same target; default 1.0; 0: off)")
     g.add_argument("--sampler", choices=sorted(SAMPLERS), default="awrs")
     g.add_argument("--method", choices=["smc", "beam", "top_k", "steer"], default="smc",
                    help="smc (default); beam / top_k: --particles best sequences (deterministic); "

@@ -84,7 +84,7 @@ def check_generate_args(
     islands: Any = None,
     finish_share: Any = 0.0,
     method: Any = "smc",
-    lookahead: Any = 0.0,
+    lookahead: Any = None,
     constraint: Any = None,
 ) -> None:
     """TypeError/ValueError naming the first bad argument (run before any work)."""
@@ -105,8 +105,7 @@ def check_generate_args(
         raise TypeError(f"critic must be a function of a particle (or None), got {critic!r}")
     if check_finish_share(finish_share) > 0 and method != "smc":
         raise ValueError(f"finish_share is for method='smc' runs, not method={method!r}")
-    if check_lookahead(lookahead, constraint) > 0 and method != "smc":
-        raise ValueError(f"lookahead is for method='smc' runs, not method={method!r}")
+    check_lookahead(lookahead, constraint, method)
 
 
 def default_islands(particles: int) -> int:
@@ -151,7 +150,7 @@ async def agenerate(
     n_beam: int | None = None,
     islands: int | None = None,
     finish_share: float = 0.0,
-    lookahead: float = 0.0,
+    lookahead: float | None = None,
 ) -> Result:
     """Constrained generation by SMC (async); see ``generate`` for the arguments."""
     check_generate_args(
@@ -172,6 +171,7 @@ async def agenerate(
         lm = load_lm()
     check_memory(int(particles), len(lm.vocab))
     ids = prompt_ids_for(lm, prompt, chat, max_tokens)
+    lookahead = check_lookahead(lookahead, constraint, method)
     token_sampler = make_sampler(sampler, lm, target_potential(constraint, lm, lookahead), ids)
     model = ConstrainedGeneration(token_sampler, max_tokens, finish_share)
     if method != "smc":
@@ -228,7 +228,7 @@ def generate(
     n_beam: int | None = None,
     islands: int | None = None,
     finish_share: float = 0.0,
-    lookahead: float = 0.0,
+    lookahead: float | None = None,
 ) -> Result:
     """Sample from p(x | prompt) * constraint(x) by SMC; x has at most ``max_tokens`` tokens.
 
@@ -281,7 +281,9 @@ def generate(
             at every finish (same target, Ẑ unbiased). It acts where the constraint knows
             completions: today a Regex on the ``regex`` fallback (backreferences,
             conditionals), where the model would otherwise write a copy only by chance; for
-            other constraints the run is the plain one. Default 0 (off).
+            other constraints the run is the plain one. Default (None): 1.0
+            (``smc.model.DEFAULT_LOOKAHEAD``) for an SMC run with a byte-level constraint,
+            else 0; 0 turns it off.
 
     Returns a Result. An unsatisfiable constraint gives a Result with no finished samples and
     log_ml = -inf. Bad arguments raise ValueError/TypeError before any work.

@@ -447,13 +447,25 @@ def check_finish_share(share: Any) -> float:
     return float(share)
 
 
-def check_lookahead(rate: Any, constraint: Any = None) -> float:
-    """``rate`` as a float, or ValueError/TypeError naming it: a finite number >= 0, and when
-    > 0, ``constraint`` must be a byte-level one (the twist reads its byte states)."""
+#: the lookahead rate of ``generate`` for a byte-level constraint when none is given: chosen
+#: on genlm-eval's patterns (benchmarks/RESULTS.md, "The lookahead twist")
+DEFAULT_LOOKAHEAD = 1.0
+
+
+def check_lookahead(rate: Any, constraint: Any = None, method: str = "smc") -> float:
+    """The lookahead rate of a run, or ValueError/TypeError naming the problem.
+
+    None (the default) is DEFAULT_LOOKAHEAD for an SMC run with a byte-level constraint, else
+    0. A given rate must be a finite number >= 0, and when > 0 the run must be SMC with a
+    byte-level constraint (the twist reads its byte states)."""
+    if rate is None:
+        return DEFAULT_LOOKAHEAD if method == "smc" and isinstance(constraint, BytePotential) else 0.0
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
         raise TypeError(f"lookahead must be a number >= 0 (nats per byte of detour), got {rate!r}")
     if not (math.isfinite(rate) and rate >= 0):
         raise ValueError(f"lookahead must be a finite number >= 0 (nats per byte of detour), got {rate!r}")
+    if rate > 0 and method != "smc":
+        raise ValueError(f"lookahead is for method='smc' runs, not method={method!r}")
     if rate > 0 and not isinstance(constraint, BytePotential):
         raise ValueError("lookahead needs a byte-level constraint (Regex, Grammar, JSONSchema, ...), "
                          f"got {type(constraint).__name__ if constraint is not None else None}")
@@ -593,9 +605,9 @@ def decode(lm: LMBackend, tokens: Sequence[int]) -> str:
     return b"".join(lm.vocab[t] for t in tokens).decode("utf-8", errors="replace")
 
 
-def target_potential(constraint: Potential | None, lm: LMBackend, lookahead: float = 0.0) -> Potential | None:
-    """``lift(constraint, lm)``, inside a ``Lookahead`` twist of that rate when ``lookahead`` > 0
-    (a byte-level constraint only) and the constraint knows completions: the one rule by which
+def target_potential(constraint: Potential | None, lm: LMBackend, lookahead: float | None = 0.0) -> Potential | None:
+    """``lift(constraint, lm)``, inside a ``Lookahead`` twist of rate ``check_lookahead(lookahead,
+    constraint)`` when that is > 0 and the constraint knows completions: the one rule by which
     ``generate`` and ``resume`` build a run's token-level potential."""
     pot = lift(constraint, lm)
     if check_lookahead(lookahead, constraint) == 0:

@@ -157,3 +157,18 @@ def test_json_schema_runs_unchanged_under_lookahead():
     lm = FastToyLM(["t", "rue", "f", "alse", "$"], "$", lambda ids: [0.3, 0.2, 0.3, 0.1, 0.1])
     kw = dict(lm=lm, particles=4, max_tokens=4, seed=1, progress=False)
     assert smc.generate("", schema, **kw).samples == smc.generate("", schema, lookahead=2.0, **kw).samples
+
+
+def test_the_default_is_on_for_byte_level_smc_runs_and_off_elsewhere():
+    from smc.model import DEFAULT_LOOKAHEAD, check_lookahead
+
+    kw = dict(lm=COPY_LM, particles=4, max_tokens=8, seed=5, progress=False)
+    a = smc.generate("", SQUARE, **kw)
+    b = smc.generate("", SQUARE, lookahead=DEFAULT_LOOKAHEAD, **kw)
+    assert a.samples == b.samples and a.log_ml == b.log_ml
+    assert check_lookahead(None, SQUARE) == DEFAULT_LOOKAHEAD == 1.0
+    assert check_lookahead(None, SQUARE, "beam") == 0.0  # search methods take no twist
+    assert check_lookahead(None, SQUARE.lift(COPY_LM)) == 0.0  # a token-level constraint
+    assert check_lookahead(None, None) == 0.0
+    beam = smc.generate("", SQUARE, lm=COPY_LM, particles=2, max_tokens=4, method="beam", progress=False)
+    assert all(s.text[: len(s.text) // 2] * 2 == s.text for s in beam.finished)
