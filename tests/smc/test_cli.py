@@ -117,21 +117,28 @@ def test_module_entry_point_exit_status():
     assert proc.stderr.count("\n") == 1
 
 
-def test_islands_flag(toy_lm, capsys, monkeypatch):
-    """--islands reaches generate, and a bad value is one clear line."""
+@pytest.fixture
+def generate_kwargs(monkeypatch):
+    """The keyword arguments the CLI passes to smc.generation.generate (the run still happens)."""
     import smc.generation
 
     seen = {}
     real = smc.generation.generate
 
     def spy(*a, **kw):
-        seen.update(islands=kw.get("islands"))
+        seen.update(kw)
         return real(*a, **kw)
 
     monkeypatch.setattr(smc.generation, "generate", spy)
+    return seen
+
+
+def test_islands_flag(toy_lm, capsys, generate_kwargs):
+    """--islands reaches generate, and a bad value is one clear line."""
     code = cli.main(["generate", "--prompt", "", "--regex", r"[12a-]*", "--particles", "8", "--islands", "2",
                      "--max-tokens", "5", "--json", "--quiet"])
-    assert code == 0 and len(json.loads(capsys.readouterr().out)["samples"]) == 8 and seen == {"islands": 2}
+    assert code == 0 and len(json.loads(capsys.readouterr().out)["samples"]) == 8
+    assert generate_kwargs["islands"] == 2 and generate_kwargs["lookahead"] is None  # generate's default
     code = cli.main(["generate", "--prompt", "", "--regex", "1", "--particles", "8", "--islands", "3"])
     err = capsys.readouterr().err
     assert code == 2 and "islands=3 must divide particles=8" in err and "Traceback" not in err
@@ -149,21 +156,11 @@ def test_finish_share_flag(toy_lm, capsys):
     assert code == 2 and "finish_share must be in [0, 1)" in err and "Traceback" not in err
 
 
-def test_lookahead_flag(toy_lm, capsys, monkeypatch):
+def test_lookahead_flag(toy_lm, capsys, generate_kwargs):
     """--lookahead reaches generate, and a bad value is one clear line."""
-    import smc.generation
-
-    seen = {}
-    real = smc.generation.generate
-
-    def spy(*a, **kw):
-        seen.update(lookahead=kw.get("lookahead"))
-        return real(*a, **kw)
-
-    monkeypatch.setattr(smc.generation, "generate", spy)
     code = cli.main(["generate", "--prompt", "", "--regex", r"([12])\1-", "--particles", "4",
                      "--lookahead", "1.5", "--max-tokens", "5", "--json", "--quiet"])
-    assert code == 0 and seen == {"lookahead": 1.5}
+    assert code == 0 and generate_kwargs["lookahead"] == 1.5
     assert all(re.fullmatch(r"([12])\1-", s["text"]) for s in json.loads(capsys.readouterr().out)["samples"]
                if s["finished"])
     code = cli.main(["generate", "--prompt", "", "--regex", "1", "--lookahead", "-1"])
