@@ -5,8 +5,9 @@
 For a regular pattern this is a shortest path in its automaton; with backreferences it depends
 on what the groups captured, which is why the ``regex`` fallback (potentials.regex) cannot read
 it off a state. ``shortest_completion`` finds it by backtracking over the pattern's parse tree
-(``re``'s own parser, through potentials._compat) against x, the way a matcher would, except that when the text runs out it
-goes on *writing*: a character test writes one character it accepts, a backreference writes
+(``re``'s own parser, through potentials._compat) against x, the way a matcher would, except
+that when the text runs out it goes on *writing*: a character test writes one character it
+accepts, a backreference writes
 the rest of its group's capture, a repeat stops as soon as its minimum is met. Every way of
 matching x is tried, so the result is the shortest completion over all parses, up to these
 departures, which only matter to how well the estimate steers (``potentials.lookahead``), never
@@ -32,8 +33,9 @@ from potentials._compat import C, parse_regex, tree_flags, tree_items
 
 #: steps one search may take (a few milliseconds of Python)
 BUDGET = 20_000
-#: longest text searched; longer ones get None (the recursion grows with the text)
-MAX_TEXT = 400
+#: longest text searched; longer ones get None (the recursion grows with the text, and Python's
+#: default limit of 1,000 frames ends a search of a few hundred characters anyway)
+MAX_TEXT = 200
 
 _CATEGORIES: dict[object, Callable[[str], bool]] = {
     C.CATEGORY_DIGIT: str.isdecimal,

@@ -610,9 +610,10 @@ def target_potential(constraint: Potential | None, lm: LMBackend, lookahead: flo
     constraint)`` when that is > 0 and the constraint knows completions: the one rule by which
     ``generate`` and ``resume`` build a run's token-level potential."""
     pot = lift(constraint, lm)
-    if check_lookahead(lookahead, constraint) == 0:
+    rate = check_lookahead(lookahead, constraint)
+    if rate == 0:
         return pot
-    twisted = Lookahead(pot, lookahead)
+    twisted = Lookahead(pot, rate)
     return twisted if twisted.active else pot  # no completions known: the plain run, exactly
 
 
