@@ -76,6 +76,8 @@ class Lookahead(Potential):
         # byte state -> y, token context -> G: shared with the last-step twin
         self._y: OrderedDict[Any, bytes | None] = OrderedDict()
         self._twists: OrderedDict[tuple[int, ...], float] = OrderedDict()
+        # (byte state, d) -> D_d: a rejection sampler asks about one token per call
+        self._detours: OrderedDict[tuple[Any, int], float] = OrderedDict()
         self.stats = {"completions": 0}
         # a constraint that knows no completion of the empty text knows none: no twist
         self.active = self._completion(lifted.state(())) is not None
@@ -110,7 +112,16 @@ class Lookahead(Potential):
     def _detour(self, state: Any, y: bytes, d: int) -> float:
         """D_d(x): how much longer the completion gets when the text leaves y after d bytes,
         max(0, |y(x y[:d] b)| - (|y| - d)), b the first byte of ``_OFF`` other than y[d]
-        after which the text lives (0 when there is none, or no completion is known)."""
+        after which the text lives (0 when there is none, or no completion is known);
+        remembered by (state, d), as y is a function of the state."""
+        got = self._detours.get((state, d))
+        if got is None:
+            got = self._detours[state, d] = self._new_detour(state, y, d)
+            if len(self._detours) > CACHE:
+                self._detours.popitem(last=False)
+        return got
+
+    def _new_detour(self, state: Any, y: bytes, d: int) -> float:
         for b in _OFF:
             if y[d:d + 1] != bytes((b,)):
                 nxt = self.lifted.potential.advance(state, y[:d] + bytes((b,)))
@@ -131,15 +142,13 @@ class Lookahead(Potential):
         out = -self.rate * self._lengths[list(tokens)]
         if y is None:
             return out
-        vocab, detours = self.lifted.vocab, {}
+        vocab = self.lifted.vocab
         for k, a in enumerate(tokens):
             d = _lcp(vocab[a], y)
             if d == len(vocab[a]):
                 out[k] = 0.0
             else:
-                if d not in detours:
-                    detours[d] = self._detour(state, y, d)
-                out[k] += self.rate * (d - detours[d])
+                out[k] += self.rate * (d - self._detour(state, y, d))
         return out
 
     def _g_all(self, ctx: tuple[int, ...]) -> np.ndarray:
