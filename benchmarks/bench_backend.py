@@ -163,7 +163,7 @@ def run_recompute(lm_base, prompt_ids, tokens, ancestors, steps: int):
 
 
 def child(variant: str, recompute_steps: int) -> None:
-    from smc.loading import load_lm
+    from smc.backends.loading import load_lm
 
     torch.manual_seed(0)
     lm = load_lm()

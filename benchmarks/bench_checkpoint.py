@@ -1,7 +1,7 @@
 """Cost of cloning particles under the sharing rule, and of writing a checkpoint every step.
 
 Clone (µs per clone, median of 7 rounds of 2,000 clones):
-  - ConstrainedGeneration with 32 tokens: ``Model.clone`` (``smc.model.clone_state``) against the
+  - ConstrainedGeneration with 32 tokens: ``Model.clone`` (``smc.programs.sharing.clone_state``) against the
     override it replaced (``copy.copy`` plus a copy of the token list, re-implemented here);
   - an LMContext program (tests/checkpoint_programs.Words, 32 tokens): ``clone_state`` against the
     mechanism it replaced (a memo of the shared objects ``reachable`` finds, then copy.deepcopy).
@@ -31,11 +31,13 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]
 
 import smc  # noqa: E402
-import smc.checkpoint as ck  # noqa: E402
+import smc.engine.checkpoint as ck  # noqa: E402
 from checkpoint_programs import CONSTRAINT, Words, make_lm  # noqa: E402
 from potentials import Regex  # noqa: E402
 from samplers import make_sampler  # noqa: E402
-from smc.model import ConstrainedGeneration, clone_state, is_lm  # noqa: E402
+from smc.programs.constrained import ConstrainedGeneration
+from smc.programs.sharing import clone_state
+from smc.backends.base import is_lm  # noqa: E402
 from potentials.base import Potential  # noqa: E402
 from samplers.base import TokenSampler  # noqa: E402
 

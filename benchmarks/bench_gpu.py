@@ -38,7 +38,8 @@ from potentials import JSONSchema  # noqa: E402
 from samplers import make_sampler  # noqa: E402
 from smc.backends.hf import HFLM  # noqa: E402
 from smc.engine import smc  # noqa: E402
-from smc.model import ConstrainedGeneration, lift  # noqa: E402
+from smc.programs.constrained import ConstrainedGeneration
+from potentials.lift import as_token_potential as lift  # noqa: E402
 
 VOCAB = 128_256
 CONFIGS = {
@@ -54,7 +55,7 @@ def build(config: str, device: str) -> tuple[HFLM, list[int]]:
     """(backend over a random Llama of the named shape, prompt ids)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from smc.loading import embedded_model_dir
+    from smc.backends.loading import embedded_model_dir
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     cfg = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=4096, **CONFIGS[config])

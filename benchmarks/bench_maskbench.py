@@ -69,7 +69,7 @@ class TokenizerOnly:
         from transformers import AutoTokenizer
 
         from smc.backends.vocab import build_vocab
-        from smc.loading import embedded_model_dir
+        from smc.backends.loading import embedded_model_dir
 
         self.tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
         self.vocab, special = build_vocab(self.tokenizer, len(self.tokenizer))

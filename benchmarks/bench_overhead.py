@@ -55,7 +55,8 @@ try:  # absent before the population step: the script then times that engine (th
 except ImportError:
     NextTokenDists = dists_from_logprobs = None
 from smc.engine import smc  # noqa: E402
-from smc.model import ConstrainedGeneration, lift  # noqa: E402
+from smc.programs.constrained import ConstrainedGeneration
+from potentials.lift import as_token_potential as lift  # noqa: E402
 
 TARGET_MS = 0.05
 SCHEMA = {
@@ -99,7 +100,7 @@ def embedded_vocab() -> tuple[list[bytes], int]:
     from transformers import AutoTokenizer
 
     from smc.backends.vocab import build_vocab
-    from smc.loading import embedded_model_dir
+    from smc.backends.loading import embedded_model_dir
 
     tok = AutoTokenizer.from_pretrained(embedded_model_dir())
     vocab, _ = build_vocab(tok, len(tok))

@@ -37,7 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from potentials.base import NEG_INF, BytePotential  # noqa: E402
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential  # noqa: E402
 
 REGISTRY: dict[str, tuple[Callable[[], BytePotential], Callable[[int], str]]] = {}
 
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if unknown:
         parser.error(f"unknown potentials {unknown}; known: {sorted(REGISTRY)}")
 
-    from smc.loading import load_lm
+    from smc.backends.loading import load_lm
 
     lm = load_lm()
     rows = []

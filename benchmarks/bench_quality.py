@@ -17,7 +17,7 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     SAMPLER[:WS][:budget[=RATE]][:islands=K]
                          SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
-                         grammar tasks), and with ``budget`` the smc.twists.BudgetTwist critic
+                         grammar tasks), and with ``budget`` the smc.engine.critics.BudgetTwist critic
                          (rate RATE, default 1); ``islands=K``: smc.generate(islands=K)
                          (default: generate's own default; ``islands=1`` is plain SMC)
 
@@ -114,7 +114,7 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
         return rec
     critic = None
     if m["critic"] is not None:
-        from smc.twists import BudgetTwist
+        from smc.engine.critics import BudgetCritic as BudgetTwist
 
         _, _, rate = m["critic"].partition("=")
         critic = BudgetTwist(rate=float(rate or 1.0))
@@ -162,7 +162,7 @@ def export_tasks(lm, tasks: list[qt.Task], path: str) -> None:
     must be given, so both condition on the same tokens), schema, max_tokens, and the embedded
     model's converted directory (which a peer loads with transformers)."""
     from smc.backends.prompts import encode_prompt
-    from smc.loading import embedded_model_dir
+    from smc.backends.loading import embedded_model_dir
 
     with open(path, "w") as f:
         for task in tasks:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import smc  # noqa: E402
 from potentials import JSONSchema, Regex  # noqa: E402
-from smc.generation import prompt_ids_for  # noqa: E402
+from smc.api.generation import prompt_ids_for  # noqa: E402
 
 TASKS = {
     "phone": ("Write a US phone number:", lambda: Regex(r"[0-9]{3}-[0-9]{3}-[0-9]{4}")),
@@ -71,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     prompt, make = TASKS[args.task]
     lm = smc.load_lm()
-    ids = prompt_ids_for(lm, prompt, None, args.max_tokens)
+    ids = prompt_ids_for(lm, smc.Request(prompt, max_tokens=args.max_tokens))
     # build the constraint's per-LM tables once, outside the timed runs
     smc.generate(prompt, make(), lm=lm, max_tokens=1, particles=1, progress=False)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

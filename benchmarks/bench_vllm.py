@@ -82,7 +82,7 @@ def build_tiny_llama(out_dir: str | Path, vocab_size: int, *, seed: int = 0) -> 
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from smc.loading import embedded_model_dir
+    from smc.backends.loading import embedded_model_dir
 
     src = embedded_model_dir()
     base = json.loads((src / "tokenizer.json").read_text())
@@ -447,7 +447,7 @@ def main() -> None:
                                     args.repeats)
         print_vocab_table(rows)
         return
-    from smc.loading import embedded_model_dir
+    from smc.backends.loading import embedded_model_dir
 
     model = args.model or str(embedded_model_dir())
     decode = [(n, args.max_tokens) for n in args.particles]

@@ -18,7 +18,8 @@ import re
 
 import smc
 from potentials import Predicate
-from smc.model import LMContext, Model
+from smc.programs.context import LMContext
+from smc.programs.model import Model
 
 _END = re.compile(r"[.!?]")
 

@@ -38,13 +38,18 @@ class Potential(ABC):
     """A weight on sequences, queried by prefix, by completion, and by next symbol."""
 
     #: shared by all particles of an SMC run: never copied when a particle is cloned, and named
-    #: (not pickled) in a checkpoint's particles (smc.model.is_shared)
+    #: (not pickled) in a checkpoint's particles (smc.programs.sharing.is_shared)
     shared_by_particles = True
 
     #: length of the ``logw_next`` vector
     size: int
     #: positions in that vector which stand for EOS
     eos_ids: tuple[int, ...]
+
+    def factors(self) -> tuple["Potential", ...]:
+        """The potentials whose product this one is: (self,) for a leaf; a product or a lifted
+        potential gives its parts' factors."""
+        return (self,)
 
     def extend(self, ctx: Context, symbol: int) -> Context:
         """The context ``ctx`` followed by ``symbol`` (a non-EOS position of ``logw_next``)."""
@@ -179,7 +184,7 @@ class BytePotential(Potential, Generic[S]):
     def completion_key(self, state: S) -> Hashable | None:
         """A hashable key under which states are taken to need equally long completions.
 
-        Only heuristics read it (the budget twist, smc.twists, remembers completion lengths
+        Only heuristics read it (the budget twist, smc.engine.critics, remembers completion lengths
         under it), never a weight, so it may be coarser than ``mask_key``: it needs to group
         states whose shortest accepted completions are about as long. Default: ``mask_key``.
         """

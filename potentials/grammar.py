@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from potentials._compat import C, parse_regex, subtrees, tree_items
-from potentials.base import NEG_INF, BytePotential
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential
 from potentials.earley import CFG, Column, Earley, TokenDFA
 from potentials.fsm import UnsupportedRegex, compile_regex
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from jsonschema.exceptions import SchemaError
 
-from potentials.base import NEG_INF, BytePotential
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential
 from potentials.json_clauses import Schemas
 from potentials.json_machine import Machine, remembered
 from potentials.json_drafts import DEFAULT, VALIDATORS, draft_of, strip_declarations

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text, is_raw_text
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential, Potential, is_plain_text, is_raw_text
 
 if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
     from smc.backends.base import LMBackend
@@ -394,6 +395,10 @@ class Lifted(Potential):
         self._root_live: bool | None = None
         self.stats = {"tokens_checked": 0, "trie_nodes_visited": 0, "state_cache_hits": 0,
                       "state_cache_misses": 0, "mask_cache_hits": 0}
+
+    def factors(self) -> tuple[Potential, ...]:
+        """The byte potential's factors (``potential``, the constraint this one lifts)."""
+        return self.potential.factors()
 
     def __repr__(self) -> str:
         return f"Lifted({self.potential!r}, vocab={self.size})"
@@ -886,3 +891,22 @@ class Lifted(Potential):
             for t in toks:
                 out[t] = w
         return out
+
+
+def as_token_potential(constraint: Potential | None, lm: LMBackend) -> Potential | None:
+    """A token-level potential for ``lm``: a byte-level constraint lifted, a token-level one
+    checked against the vocabulary, None kept; TypeError/ValueError naming a mismatch."""
+    if constraint is None:
+        return None
+    if isinstance(constraint, BytePotential):
+        return constraint.lift(lm)
+    if not isinstance(constraint, Potential):
+        raise TypeError(
+            f"constraint must be a Potential (e.g. potentials.Regex), got {type(constraint).__name__}"
+        )
+    if constraint.size != len(lm.vocab):
+        raise ValueError(
+            f"constraint has {constraint.size} symbols but the LM vocabulary has {len(lm.vocab)} "
+            "tokens: pass a byte-level constraint or one lifted to this LM"
+        )
+    return constraint

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from potentials.base import NEG_INF, Potential, logsumexp
+from smc.core.logmath import NEG_INF, logsumexp
+from potentials.base import Potential
 from smc.backends.prompts import Prompt, encode_prompt
 
 if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time

@@ -39,7 +39,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, Potential
+from smc.core.logmath import NEG_INF
+from potentials.base import Potential
 from potentials.lift import Lifted, _per_lm
 
 #: completions and twists kept (per Lookahead and its last-step twin)

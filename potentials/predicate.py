@@ -18,7 +18,8 @@ import inspect
 from collections import OrderedDict
 from typing import Any, Awaitable, Callable
 
-from potentials.base import NEG_INF, BytePotential
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential
 from potentials.regex import split_utf8
 
 Check = Callable[[str], bool] | Callable[[str], Awaitable[bool]]

@@ -15,7 +15,8 @@ from typing import Any, Collection, Hashable, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, BytePotential, Potential
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential, Potential
 
 
 def product(a: Potential, b: Potential) -> Potential:
@@ -37,6 +38,9 @@ class ByteProduct(BytePotential):
 
     def __repr__(self) -> str:
         return f"({self.a!r} * {self.b!r})"
+
+    def factors(self) -> tuple[Potential, ...]:
+        return self.a.factors() + self.b.factors()
 
     def initial(self) -> tuple[Any, Any]:
         return (self.a.initial(), self.b.initial())
@@ -106,6 +110,9 @@ class Product(Potential):
 
     def __repr__(self) -> str:
         return f"({self.a!r} * {self.b!r})"
+
+    def factors(self) -> tuple[Potential, ...]:
+        return self.a.factors() + self.b.factors()
 
     def extend(self, ctx: Any, symbol: int) -> Any:
         return self.a.extend(ctx, symbol)

@@ -41,7 +41,8 @@ import time
 from typing import Any, Hashable, Iterable, Sequence
 
 
-from potentials.base import NEG_INF, BytePotential
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential
 from potentials.regex_chars import representatives
 from potentials.regex_completion import shortest_completion
 from potentials.fsm import (

@@ -25,12 +25,14 @@ SAMPLERS: dict[str, type[TokenSampler]] = {
 
 
 def make_sampler(
-    name: str, lm: LMBackend, potential: Potential | None = None, prompt_ids: Sequence[int] = ()
+    name: str, lm: LMBackend, potential: Potential | None = None, prompt_ids: Sequence[int] = (),
+    **options: int,
 ) -> TokenSampler:
-    """The sampler called ``name`` (one of SAMPLERS) for ``lm``, ``potential``, ``prompt_ids``."""
+    """The sampler called ``name`` (one of SAMPLERS) for ``lm``, ``potential``, ``prompt_ids``,
+    with its own ``options`` (``SAMPLERS[name].OPTIONS``)."""
     if name not in SAMPLERS:
         raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
-    return SAMPLERS[name](lm, potential, prompt_ids)
+    return SAMPLERS[name](lm, potential, prompt_ids, **options)
 
 
 __all__ = [

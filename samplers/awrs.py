@@ -61,7 +61,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from potentials.base import NEG_INF, Potential, normalized
+from smc.core.logmath import NEG_INF, normalized
+from potentials.base import Potential
 from samplers.base import BlockDraw, Draw, Stream, TokenSampler, cpu_stream
 from smc.backends.base import LMBackend, NextTokenDists
 
@@ -299,21 +300,22 @@ class AWRSSampler(TokenSampler):
 
     population = True
 
+    #: max_checks: constraint checks per step before the exact fallback; max_draws: LM draws
+    #: per step before it; early_fallback: rejections with none accepted after which a state
+    #: whose mask will be kept computes it (potentials: ``mask_would_be_kept``)
+    OPTIONS = {"max_checks": 64, "max_draws": 256, "early_fallback": 8}
+
     def __init__(
         self,
         lm: LMBackend,
         potential: Potential | None = None,
         prompt_ids: Sequence[int] = (),
-        *,
-        max_checks: int = 64,
-        max_draws: int = 256,
-        early_fallback: int = 8,
+        **options: int,
     ):
         super().__init__(lm, potential, prompt_ids)
-        for name, v in [("max_checks", max_checks), ("max_draws", max_draws), ("early_fallback", early_fallback)]:
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-        self.max_checks, self.max_draws, self.early_fallback = max_checks, max_draws, early_fallback
+        opts = self.check_options(options)
+        self.max_checks, self.max_draws, self.early_fallback = (
+            opts["max_checks"], opts["max_draws"], opts["early_fallback"])
         self.stats.update(fallbacks=0, draws=0, exact_steps=0)
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:

@@ -39,25 +39,30 @@ import numpy as np
 import torch
 
 from potentials.base import Potential
+from potentials.finishing import last_step
 from smc.backends.base import (
     LMBackend, NextTokenDists, check_backend, dists_from_logprobs, next_token_dists,
 )
 from smc.backends.batching import AutoBatcher
 from smc.backends.prompts import Prompt, encode_prompt
-from smc.concurrency import run_all
-from smc.counters import register
-from smc.resampling import inverse_cdf
+from smc.core.concurrency import run_all
+from smc.core.counters import register
+from smc.core.resampling import inverse_cdf
 
 #: picks an index of a probability vector (entries >= 0, summing to 1 up to rounding)
 Draw = Callable[[np.ndarray], int]
 RandomSource = Union[np.random.Generator, Draw]
 
 
-#: stream uniforms a Generator-backed draw offers (drawn lazily, in order of use)
-_GENERATOR_STREAM = 16
+#: uniforms an engine hands each particle per step for its draws (``BlockDraw``), before the
+#: particle falls back to a Generator of its own
+BLOCK_UNIFORMS = 8
+#: uniforms per particle and step for a sampler's candidate stream (``stream_uniform``); a
+#: Generator-backed draw offers as many, drawn lazily in order of use
+STREAM_UNIFORMS = 16
 
 
-class Categorical:
+class GeneratorDraw:
     """Inverse-CDF draws, one uniform from ``rng`` each."""
 
     def __init__(self, rng: np.random.Generator):
@@ -68,7 +73,7 @@ class Categorical:
 
     def stream_uniform(self, j: int) -> float | None:
         """The next uniform while j < 16 (callers ask for j = 0, 1, ... in order), else None."""
-        return self._rng.random() if j < _GENERATOR_STREAM else None
+        return self._rng.random() if j < STREAM_UNIFORMS else None
 
     def __call__(self, probs: np.ndarray) -> int:
         return inverse_cdf(probs, self.uniform())
@@ -76,7 +81,7 @@ class Categorical:
 
 def categorical(rng: np.random.Generator) -> Draw:
     """Inverse-CDF draws, one uniform from ``rng`` each."""
-    return Categorical(rng)
+    return GeneratorDraw(rng)
 
 
 class BlockDraw:
@@ -96,6 +101,12 @@ class BlockDraw:
         self._seed = seed
         self._rng: np.random.Generator | None = None
         self.stream = np.empty(0) if stream is None else stream
+
+    @classmethod
+    def from_row(cls, row: np.ndarray, seed: int) -> "BlockDraw":
+        """The draw of one particle for one step from a row of BLOCK_UNIFORMS + STREAM_UNIFORMS
+        uniforms (the engine draws all particles' rows at once) and a fallback seed."""
+        return cls(row[:BLOCK_UNIFORMS], seed, row[BLOCK_UNIFORMS:])
 
     def stream_uniform(self, j: int) -> float | None:
         return float(self.stream[j]) if j < len(self.stream) else None
@@ -135,13 +146,30 @@ class TokenSampler(ABC):
 
     ``stats`` counts ``steps`` (calls to sample), ``checks`` (single tokens whose weight was
     asked for) and ``full_evaluations`` (whole next-token weight vectors computed); the sampler
-    registers itself, its LM and its potential with the current run (smc.counters) when it works.
+    registers itself, its LM and its potential with the current run (smc.core.counters) when it works.
     Samplers are shared by all particles and never copied when particles are.
     """
 
-    #: the sharing rule (smc.model.is_shared): clones of a particle keep the same sampler, and a
-    #: checkpoint names it instead of pickling it
+    #: the sharing rule (smc.programs.sharing.is_shared): clones of a particle keep the same
+    #: sampler, and a checkpoint names it instead of pickling it
     shared_by_particles = True
+
+    #: the sampler's own keyword options and their defaults (a Request's ``sampler_options``)
+    OPTIONS: dict[str, int] = {}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> dict[str, int]:
+        """``options`` with the defaults of ``OPTIONS`` filled in; ValueError/TypeError naming
+        an unknown option or a value that is not an integer >= 0 (every option is a count)."""
+        for name, value in options.items():
+            if name not in cls.OPTIONS:
+                known = ", ".join(cls.OPTIONS) or "none"
+                raise ValueError(f"unknown option {name!r} of the {cls.__name__}; its options: {known}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an integer >= 0, got {value!r}")
+            if value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        return {**cls.OPTIONS, **options}
 
     def __init__(self, lm: LMBackend, potential: Potential | None = None, prompt_ids: Prompt = ()):
         check_backend(lm)
@@ -201,8 +229,6 @@ class TokenSampler(ABC):
             if self.potential is None:
                 got = self
             else:
-                from potentials.finishing import last_step
-
                 got = copy.copy(self)
                 for private in ("_finishing", "_population_batcher"):
                     got.__dict__.pop(private, None)  # the batcher is bound to this sampler

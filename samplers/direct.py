@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from potentials.base import NEG_INF, normalized
+from smc.core.logmath import NEG_INF, normalized
 from samplers.base import BlockDraw, Draw, TokenSampler
 from smc.backends.base import next_token_dists
 

@@ -11,7 +11,7 @@ so this is what plain constrained decoding does; it is *not* properly weighted.
 
 from __future__ import annotations
 
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from samplers.base import BlockDraw, Draw
 from samplers.direct import DirectSampler
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from potentials.base import NEG_INF, Potential
-from smc.counters import register
+from smc.core.logmath import NEG_INF
+from potentials.base import Potential
+from smc.core.counters import register
 from samplers.base import Draw, TokenSampler
+from samplers.direct import DirectSampler
 from smc.backends.base import LMBackend
 
 
@@ -41,7 +43,6 @@ class ProposalSampler(TokenSampler):
         inner: type[TokenSampler] | None = None,
     ):
         super().__init__(lm, potential, prompt_ids)
-        from samplers.direct import DirectSampler
 
         q = lm if proposal_lm is None else proposal_lm
         if list(q.vocab) != list(lm.vocab):

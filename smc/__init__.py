@@ -14,27 +14,59 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from smc.core.deprecation import install as install_moved
+from smc.core.version import VERSION as __version__
 
 _EXPORTS = {
     "ToyLM": "smc.backends.toy",
     "AsyncLM": "smc.backends.base",
     "LMBackend": "smc.backends.base",
-    "load_lm": "smc.loading",
-    "Model": "smc.model",
-    "Result": "smc.result",
-    "Sample": "smc.result",
-    "smc": "smc.engine",
-    "generate": "smc.generation",
-    "agenerate": "smc.generation",
-    "resume": "smc.checkpoint",
-    "aresume": "smc.checkpoint",
-    "CheckpointError": "smc.checkpoint",
-    "beam": "smc.search",
-    "steer": "smc.search",
-    "top_k": "smc.search",
+    "load_lm": "smc.backends.loading",
     "with_eos": "smc.backends.stop",
+    "SmcSteerError": "smc.core.errors",
+    "InvalidArgument": "smc.core.errors",
+    "InvalidArgumentType": "smc.core.errors",
+    "Model": "smc.programs.model",
+    "Sample": "smc.programs.model",
+    "Shared": "smc.programs.sharing",
+    "LMContext": "smc.programs.context",
+    "Categorical": "smc.programs.distributions",
+    "Bernoulli": "smc.programs.distributions",
+    "Result": "smc.engine.result",
+    "smc": "smc.engine.loop",
+    "CheckpointError": "smc.engine.checkpoint",
+    "beam": "smc.engine.search",
+    "steer": "smc.engine.search",
+    "top_k": "smc.engine.search",
+    "Request": "smc.api.request",
+    "generate": "smc.api.generation",
+    "agenerate": "smc.api.generation",
+    "resume": "smc.api.generation",
+    "aresume": "smc.api.generation",
 }
+
+#: module paths of smc-steer 0.1, importable with a DeprecationWarning: old module ->
+#: (the modules its names moved to, {renamed name: "module:new name"})
+MOVED = {
+    "smc.model": (
+        ("smc.programs.model", "smc.programs.sharing", "smc.programs.distributions",
+         "smc.programs.context", "smc.programs.constrained", "smc.backends.vocab",
+         "smc.backends.base"),
+        {"lift": "potentials.lift:as_token_potential", "DEFAULT_LOOKAHEAD": "smc.core.defaults:LOOKAHEAD"},
+    ),
+    "smc.result": (("smc.engine.result", "smc.programs.model", "smc.core.logmath"), {}),
+    "smc.generation": (("smc.api.generation",), {"default_islands": "smc.core.defaults:islands_for"}),
+    "smc.checkpoint": (("smc.engine.checkpoint", "smc.api.generation"), {}),
+    "smc.search": (("smc.engine.search",), {}),
+    "smc.twists": (("smc.engine.critics",), {"BudgetTwist": "smc.engine.critics:BudgetCritic"}),
+    "smc.viz": (("smc.engine.viz",), {}),
+    "smc.loading": (("smc.backends.loading",), {}),
+    "smc.cli": (("smc.api.cli",), {}),
+    "smc.counters": (("smc.core.counters",), {}),
+    "smc.concurrency": (("smc.core.concurrency",), {}),
+    "smc.resampling": (("smc.core.resampling",), {}),
+}
+install_moved(MOVED)
 
 __all__ = sorted(_EXPORTS)
 

@@ -1,7 +1,7 @@
-"""``python -m smc``: see smc.cli."""
+"""``python -m smc``: see smc.api.cli."""
 
 import sys
 
-from smc.cli import main
+from smc.api.cli import main
 
 sys.exit(main())

@@ -8,7 +8,8 @@ import time
 
 from potentials import Regex
 from smc import Model, ToyLM
-from smc.model import Categorical, LMContext
+from smc.programs.distributions import Categorical
+from smc.programs.context import LMContext
 
 VOCAB = ["a", "b", "ab", " ", "c", "<e>"]
 #: words of a, b and c separated by single spaces

@@ -15,7 +15,7 @@ settings.load_profile("seeded")
 @pytest.fixture(scope="session")
 def embedded_lm():
     """The embedded SmolLM2-135M-Instruct backend (``smc.load_lm()``), loaded once per session."""
-    from smc.loading import load_lm
+    from smc.backends.loading import load_lm
 
     return load_lm()
 
@@ -35,10 +35,10 @@ def pytest_collection_modifyitems(config, items):
 def _embedded_model_needs_slow_marker(request, monkeypatch):
     if request.node.get_closest_marker("slow") is not None:
         return
-    import smc.loading
+    import smc.backends.loading
 
     def refuse(*args):
         raise RuntimeError(f"{request.node.nodeid} loads the embedded model but is not marked @pytest.mark.slow")
 
     # The package lookup before it still runs, so an unmarked test can check the install hint.
-    monkeypatch.setattr(smc.loading, "_converted_dir", refuse)
+    monkeypatch.setattr(smc.backends.loading, "_converted_dir", refuse)

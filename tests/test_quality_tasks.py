@@ -116,14 +116,14 @@ def test_select():
 def test_export_gives_the_peer_the_prompt_ids_of_the_one_prompt_rule(tmp_path, monkeypatch):
     # benchmarks/peer_genlm_control.py conditions genlm-control on exactly these ids
     import bench_quality
-    import smc.loading
+    import smc.backends.loading
     from smc.backends.prompts import encode_prompt
     from smc.backends.toy import ToyLM
 
     vocab = [bytes((b,)) for b in range(32, 127)] + [b"\n", b"<eos>"]
     lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab),
                chat_template=lambda msgs: "".join(f"<{m['role']}>{m['content']}\n" for m in msgs) + "<assistant>")
-    monkeypatch.setattr(smc.loading, "embedded_model_dir", lambda: Path("/models/x"))
+    monkeypatch.setattr(smc.backends.loading, "embedded_model_dir", lambda: Path("/models/x"))
     tasks = qt.select("ada,json-00,regex-00")
     path = tmp_path / "tasks.jsonl"
     bench_quality.export_tasks(lm, tasks, str(path))

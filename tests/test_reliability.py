@@ -101,7 +101,7 @@ BAD_GENERATE = [
     (dict(chat=True), ValueError, "chat=True but the LM (FastToyLM) has no chat template"),
     (dict(progress="x"), TypeError, "progress must be True, False or None"),
     (dict(critic=5), TypeError, "critic must be a function of a particle"),
-    (dict(constraint="[0-9]+"), TypeError, "constraint must be a Potential (e.g. potentials.Regex), got str"),
+    (dict(constraint="[0-9]+"), TypeError, "constraint must be a Potential (e.g. potentials.Regex)"),
     (dict(constraint=Regex("1").lift(FastToyLM(["x", "$"], "$", lambda ids: [0.5, 0.5]))),
      ValueError, "constraint has 2 symbols but the LM vocabulary has 6 tokens"),
 ]
@@ -122,7 +122,7 @@ def test_generate_bad_input_is_one_clear_error(case, exc, msg):
     with pytest.raises(exc) as info:
         smc.generate(prompt, **kwargs)
     assert msg in str(info.value)
-    assert type(info.value) is exc or exc is TypeError and isinstance(info.value, TypeError)
+    assert isinstance(info.value, exc) and isinstance(info.value, smc.SmcSteerError)
     if isinstance(lm, FastToyLM):
         assert lm.stats["requests"] == 0  # refused before any work
 
@@ -148,7 +148,7 @@ def test_check_smc_args_table():
 
 
 def test_particles_beyond_memory_are_refused_before_work(monkeypatch):
-    import smc.generation as gen
+    import smc.api.generation as gen
 
     lm = toy()
     # 6 tokens x 16 bytes x 1000 particles = 96,000 bytes needed; pretend 50,000 are free.
@@ -306,7 +306,7 @@ def test_unknown_hub_model_offline_fails_fast():
 def test_hub_probe_is_bounded_when_the_network_hangs(monkeypatch):
     import huggingface_hub.constants as hc
 
-    import smc.loading as loading
+    import smc.backends.loading as loading
 
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
 
@@ -327,7 +327,7 @@ def test_hub_id_paths_online_and_from_cache(monkeypatch, tmp_path):
     snapshot is loaded from its directory."""
     import huggingface_hub
 
-    import smc.loading as loading
+    import smc.backends.loading as loading
     from smc.backends.hf import HFLM
 
     seen = []

@@ -6,8 +6,10 @@ import math
 
 import numpy as np
 
-from potentials.base import NEG_INF, normalized
-from smc.result import Result, Sample, json_number
+from smc.core.logmath import NEG_INF, normalized
+from smc.engine.result import Result
+from smc.programs.model import Sample
+from smc.core.logmath import json_number
 
 
 def test_json_number_writes_non_finite_values_as_null():

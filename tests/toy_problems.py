@@ -13,7 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from potentials.base import NEG_INF, Potential
+from smc.core.logmath import NEG_INF
+from potentials.base import Potential
 from smc.backends.toy import ToyLM
 
 

@@ -55,7 +55,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from smc.counters import register
+from smc.core.counters import register
 
 
 _INT = {int}
@@ -160,7 +160,7 @@ class AsyncLM(ABC):
     eos_token_ids: list[int]
     special_token_ids: frozenset[int] = frozenset()
     #: shared by all particles: never copied with a particle, never pickled in a checkpoint
-    #: (smc.model.is_shared; backends that do not subclass AsyncLM count as shared too)
+    #: (smc.programs.sharing.is_shared; backends that do not subclass AsyncLM count as shared too)
     shared_by_particles = True
     #: Longest context (prompt plus generated tokens) the model accepts; None when unbounded.
     max_context: int | None = None

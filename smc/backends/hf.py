@@ -37,6 +37,7 @@ from smc.backends.base import AsyncLM, NextTokenDists, new_counters
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
 from smc.backends.prompts import TokenizerPrompts
+from smc.backends.quantization import quantization_config
 from smc.backends.vocab import build_vocab, eos_ids
 
 
@@ -218,8 +219,6 @@ class HFLM(TokenizerPrompts, AsyncLM):
         quantization config; other keyword arguments go to the constructor.
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from smc.backends.quantization import quantization_config
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch_dtype = _as_dtype(dtype, device)

@@ -19,7 +19,10 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:  # annotations only
+    from smc.backends.base import LMBackend
 
 _SPACE_PIECE = "\u2581"
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -171,3 +174,9 @@ def eos_ids(tokenizer: Any, size: int, generation_eos: int | Sequence[int] | Non
             f"{getattr(tokenizer, 'eos_token_id', None)!r})"
         )
     return found
+
+
+def decode(lm: LMBackend, tokens: Sequence[int]) -> str:
+    """Text of ``tokens`` under ``lm``'s vocabulary (invalid UTF-8, e.g. a character cut by
+    max_tokens, becomes U+FFFD)."""
+    return b"".join(lm.vocab[t] for t in tokens).decode("utf-8", errors="replace")

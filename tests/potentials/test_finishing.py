@@ -14,7 +14,7 @@ import regex
 
 import smc
 from potentials import JSONSchema, Regex
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.finishing import Finishing
 from potentials.lift import Lifted
 from samplers import AWRSSampler, DirectSampler, MaskingSampler, ProposalSampler

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from potentials import Grammar
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.testing import PotentialContract
 
 ARITH = r"""

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.json_schema import JSONSchema
 from potentials.testing import (InnerTextKeyContract, MaskKeyContract, PlainTextBudgetContract,
                                 PlainTextKeyContract, PotentialContract)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from potentials.testing import PotentialContract
 
-from potentials.base import NEG_INF, BytePotential
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential
 from potentials.lift import Lifted, VocabTrie
 from potentials.json_schema import JSONSchema
 from potentials.regex import Regex

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from potentials.testing import PotentialContract
 
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.lm import LMPotential
 from smc.backends.toy import ToyLM
 

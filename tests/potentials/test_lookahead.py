@@ -9,11 +9,11 @@ import pytest
 
 import smc
 from potentials import JSONSchema, Regex
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.finishing import last_step
 from potentials.lookahead import Lookahead
 from potentials.testing import PotentialContract
-from smc.model import target_potential
+from smc.programs.constrained import target_potential
 from tests.toy_problems import FastToyLM
 
 
@@ -161,7 +161,10 @@ def test_json_schema_runs_unchanged_under_lookahead():
 
 
 def test_the_default_is_on_for_byte_level_smc_runs_and_off_elsewhere():
-    from smc.model import DEFAULT_LOOKAHEAD, check_lookahead
+    from smc.core.defaults import LOOKAHEAD as DEFAULT_LOOKAHEAD
+
+    def check_lookahead(rate, constraint, method="smc"):
+        return smc.Request("", constraint, lookahead=rate, method=method).lookahead
 
     kw = dict(lm=COPY_LM, particles=4, max_tokens=8, seed=5, progress=False)
     a = smc.generate("", SQUARE, **kw)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from potentials.testing import PotentialContract
 
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.predicate import Predicate
 
 

@@ -7,7 +7,8 @@ import pytest
 from potentials.testing import MaskKeyContract, PlainTextBudgetContract, PotentialContract
 from tests.potentials.test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_lm
 
-from potentials.base import NEG_INF, BytePotential
+from smc.core.logmath import NEG_INF
+from potentials.base import BytePotential
 from potentials.json_schema import JSONSchema
 from potentials.predicate import Predicate
 from potentials.product import ByteProduct, Product

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 import smc
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.json_schema import JSONSchema
 from potentials.regex import Regex
 from potentials.testing import MaskKeyContract

@@ -9,7 +9,7 @@ import pytest
 import regex
 from potentials.testing import CompleteKeyContract, MaskKeyContract, PlainTextKeyContract, PotentialContract
 
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.fsm import InvalidRegex
 from potentials.regex import Regex
 

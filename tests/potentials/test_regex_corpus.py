@@ -18,7 +18,7 @@ import pytest
 import regex
 
 import smc
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.regex import Regex
 
 DATA = Path(__file__).parents[1] / "data" / "patterns_subset.csv"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import regex
 
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.regex import Regex
 from potentials.regex_relax import leading_negative_lookaheads, mark_recursion, relaxed_automaton
 

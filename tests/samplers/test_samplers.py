@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from potentials.base import NEG_INF, logsumexp
+from smc.core.logmath import NEG_INF, logsumexp
 from samplers import AWRSSampler, DirectSampler, MaskingSampler, ProposalSampler, make_sampler
 from samplers.awrs import log_inv_time
 from samplers.base import BlockDraw, cpu_stream, draw_streams, inverse_cdf, law_of_cdf

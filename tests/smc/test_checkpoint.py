@@ -1,4 +1,4 @@
-"""The sharing rule for cloned particles, and snapshot/resume of runs (smc.checkpoint).
+"""The sharing rule for cloned particles, and snapshot/resume of runs (smc.engine.checkpoint).
 
 The strongest check: a run killed (SIGKILL, in a child process) after some step and resumed
 here returns exactly, bit for bit, the Result of the uninterrupted run with the same seed.
@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 import smc
-import smc.checkpoint as ck
+import smc.engine.checkpoint as ck
 from tests.checkpoint_programs import CONSTRAINT, Words, make_lm
 from potentials import JSONSchema, Predicate, Regex
-from smc.checkpoint import CheckpointError, read_header
-from smc.model import ConstrainedGeneration, Shared, clone_state, is_shared
+from smc.engine.checkpoint import CheckpointError, read_header
+from smc.programs.constrained import ConstrainedGeneration
+from smc.programs.sharing import Shared, clone_state, is_shared
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]
@@ -146,11 +147,12 @@ def test_subclasses_of_containers_are_copied_whole():
     assert c[1].note is not state[1].note and c[1].note[0] is state[1].note[0]
 
 
-def test_private_is_shared_name_warns():
-    from smc.model import _is_shared
+def test_old_module_paths_warn_and_give_the_same_objects():
+    import smc.programs.sharing
 
     with pytest.warns(DeprecationWarning, match="is_shared"):
-        assert _is_shared(CONSTRAINT)
+        from smc.model import is_shared
+    assert is_shared is smc.programs.sharing.is_shared and is_shared(CONSTRAINT)
 
 
 def test_samplers_are_shared_by_the_rule_not_by_deepcopy_overrides():
@@ -269,7 +271,7 @@ async def test_program_killed_in_a_child_process_resumes_exactly(tmp_path):
 GENERATE_CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path[:0] = [{root!r}]
-    import smc, smc.checkpoint as ck
+    import smc, smc.engine.checkpoint as ck
     from potentials import Regex
     real = ck.atomic_write
     def write_then_die(path, data):  # the process dies right after step {k} is on disk

@@ -7,22 +7,20 @@ import sys
 
 import pytest
 
-from smc import cli
+from smc.api import cli
 from tests.smc.test_generate import toy
 
 
 @pytest.fixture
 def toy_lm(monkeypatch):
     """The CLI's model loader returns the toy LM (the flags are still parsed and checked)."""
-    import smc.loading
-
     seen = {}
 
     def fake_load(name=None, backend="hf", **kw):
         seen.update(name=name, backend=backend)
         return toy()
 
-    monkeypatch.setattr(smc.loading, "load_lm", fake_load)
+    monkeypatch.setattr(cli, "load_lm", fake_load)
     return seen
 
 
@@ -119,17 +117,17 @@ def test_module_entry_point_exit_status():
 
 @pytest.fixture
 def generate_kwargs(monkeypatch):
-    """The keyword arguments the CLI passes to smc.generation.generate (the run still happens)."""
-    import smc.generation
+    """The fields of the Request the CLI passes to generate (the run still happens)."""
+    import dataclasses
 
     seen = {}
-    real = smc.generation.generate
+    real = cli.generate
 
-    def spy(*a, **kw):
-        seen.update(kw)
-        return real(*a, **kw)
+    def spy(request, **kw):
+        seen.update((f.name, getattr(request, f.name)) for f in dataclasses.fields(request))
+        return real(request, **kw)
 
-    monkeypatch.setattr(smc.generation, "generate", spy)
+    monkeypatch.setattr(cli, "generate", spy)
     return seen
 
 
@@ -138,7 +136,7 @@ def test_islands_flag(toy_lm, capsys, generate_kwargs):
     code = cli.main(["generate", "--prompt", "", "--regex", r"[12a-]*", "--particles", "8", "--islands", "2",
                      "--max-tokens", "5", "--json", "--quiet"])
     assert code == 0 and len(json.loads(capsys.readouterr().out)["samples"]) == 8
-    assert generate_kwargs["islands"] == 2 and generate_kwargs["lookahead"] is None  # generate's default
+    assert generate_kwargs["islands"] == 2 and generate_kwargs["lookahead"] == 1.0  # the default, resolved
     code = cli.main(["generate", "--prompt", "", "--regex", "1", "--particles", "8", "--islands", "3"])
     err = capsys.readouterr().err
     assert code == 2 and "islands=3 must divide particles=8" in err and "Traceback" not in err

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from potentials import Grammar, Regex
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.lookahead import Lookahead
 from samplers import make_sampler
 from smc.engine import smc
-from smc.model import ConstrainedGeneration, Model
+from smc.programs.constrained import ConstrainedGeneration
+from smc.programs.model import Model
 from tests.toy_problems import FastToyLM, TokenPredicate, exact_target
 
 SE = 3.0  # tolerance in standard errors

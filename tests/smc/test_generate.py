@@ -30,12 +30,12 @@ PHONE = r"[12]{2}-[12]"
 @pytest.fixture(autouse=True)
 def no_model_loading(monkeypatch):
     """These tests never load the embedded model: a call to load_lm is a bug."""
-    import smc.loading
+    import smc.api.generation
 
     def refuse(*a, **k):
         raise AssertionError("load_lm called")
 
-    monkeypatch.setattr(smc.loading, "load_lm", refuse)
+    monkeypatch.setattr(smc.api.generation, "load_lm", refuse)
 
 
 @pytest.mark.parametrize("sampler", ["awrs", "direct"])
@@ -170,9 +170,9 @@ async def test_concurrent_runs_match_sequential_and_survive_cancellation():
 def test_default_islands_and_their_use():
     """generate's default: 4 islands from 16 particles (multiples of 4), plain SMC below; the
     run keeps every resampled lineage inside its island; islands=1 is plain SMC."""
-    from smc.generation import default_islands
+    from smc.core.defaults import islands_for
 
-    assert [default_islands(n) for n in (1, 4, 8, 12, 16, 18, 20, 64)] == [1, 1, 1, 1, 4, 1, 4, 4]
+    assert [islands_for(n) for n in (1, 4, 8, 12, 16, 18, 20, 64)] == [1, 1, 1, 1, 4, 1, 4, 4]
     kw = dict(lm=toy(), particles=16, max_tokens=6, ess_threshold=1.0, seed=5)
     r = smc.generate("", Regex(r"[12a-]*"), **kw)
     assert r.stats["particles"] == 16

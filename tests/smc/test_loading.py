@@ -9,7 +9,7 @@ import torch
 
 import smc
 from smc.backends.hf import HFLM
-from smc.loading import INSTALL_HINT, embedded_gguf_path, embedded_model_dir, load_lm
+from smc.backends.loading import INSTALL_HINT, embedded_gguf_path, embedded_model_dir, load_lm
 
 
 @pytest.mark.slow
@@ -47,7 +47,7 @@ def test_second_load_reads_the_cache(embedded_lm):
 
 
 def test_cache_dir_env(monkeypatch, tmp_path):
-    from smc.loading import cache_dir
+    from smc.backends.loading import cache_dir
 
     monkeypatch.setenv("SMC_STEER_CACHE", str(tmp_path))
     assert cache_dir() == tmp_path

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from smc.engine import smc
-from smc.model import Bernoulli, Categorical, LMContext, Model
+from smc.programs.distributions import Bernoulli, Categorical
+from smc.programs.context import LMContext
+from smc.programs.model import Model
 from tests.smc.test_engine import LMS, PREDICATE, phi_complete
 from tests.toy_problems import exact_target
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from smc.resampling import SCHEMES, ess, get_scheme
+from smc.core.resampling import SCHEMES, ess, get_scheme
 
 W = np.array([0.5, 0.0, 0.3, 0.15, 0.05])
 
@@ -51,7 +51,7 @@ def test_ess():
 def test_inverse_cdf_picks_the_interval_of_u_and_never_a_zero_weight():
     """i(u) satisfies C[i-1] <= u W < C[i] (C = cumsum(w), W = C[-1]); at the top end, where
     u W rounds to W, the last positive index; a float u gives the int the array form gives."""
-    from smc.resampling import inverse_cdf
+    from smc.core.resampling import inverse_cdf
 
     rng = np.random.default_rng(1)
     for _ in range(300):

@@ -1,4 +1,4 @@
-"""Run statistics come from the objects that registered with the run (smc.counters), not from
+"""Run statistics come from the objects that registered with the run (smc.core.counters), not from
 walking the particles: concurrent runs keep separate accounts, objects made during a run count
 from zero, an LM the run never asks is not reported, shared stats dicts count once."""
 
@@ -10,9 +10,11 @@ import smc
 from potentials import Regex
 from samplers import make_sampler
 from samplers.proposal import ProposalSampler
-from smc.counters import RunCounters, current, register
+from smc.core.counters import RunCounters, current, register
 from smc.engine import smc as run_smc
-from smc.model import ConstrainedGeneration, LMContext, Model
+from smc.programs.constrained import ConstrainedGeneration
+from smc.programs.context import LMContext
+from smc.programs.model import Model
 
 VOCAB = ["a", "b", "<eos>"]
 

@@ -12,11 +12,14 @@ import torch
 
 import smc
 from potentials import Regex
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from samplers import make_sampler
-from smc.generation import prompt_ids_for
-from smc.model import Categorical, ConstrainedGeneration, LMContext, Model
-from smc.search import beam, keep_without_replacement, steer, top_k
+from smc.api.generation import prompt_ids_for
+from smc.programs.distributions import Categorical
+from smc.programs.constrained import ConstrainedGeneration
+from smc.programs.context import LMContext
+from smc.programs.model import Model
+from smc.engine.search import beam, keep_without_replacement, steer, top_k
 from tests.toy_problems import FastToyLM, TokenPredicate, TokenSoft, exact_target
 
 SE = 3.0  # tolerance in standard errors
@@ -526,7 +529,7 @@ async def test_search_on_the_embedded_model(embedded_lm):
         assert s.finished and re.fullmatch(PHONE, s.text)
     (top,) = best.samples
     assert all(s.log_weight <= top.log_weight + 1e-9 for s in wide.samples)
-    ids = prompt_ids_for(embedded_lm, prompt, None, 16)
+    ids = prompt_ids_for(embedded_lm, smc.Request(prompt, max_tokens=16))
     logp = 0.0
     for t in list(top.token_ids) + [None]:
         lp = (await embedded_lm.next_token_logprobs(ids)).double()

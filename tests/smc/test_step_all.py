@@ -10,7 +10,8 @@ from potentials import Regex
 from samplers import AWRSSampler, make_sampler
 from samplers.base import BlockDraw
 from smc.engine import smc
-from smc.model import ConstrainedGeneration
+from smc.programs.constrained import ConstrainedGeneration
+from smc.programs.model import Model
 from tests.toy_problems import FastToyLM
 
 VOCAB = [b"a", b"b", b"ab", b"ba", b"c", b"cc", b"x", b"<eos>"]
@@ -25,9 +26,9 @@ def make_lm():
 
 
 class OneTaskEach(ConstrainedGeneration):
-    """The same program without the population route: the engine runs one task per particle."""
+    """The same program without the population route: one task per particle (Model's default)."""
 
-    step_population = None
+    step_population = Model.step_population
 
 
 def run(program_type, sampler_name, constraint, n=24, seed=3):

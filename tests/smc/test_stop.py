@@ -12,7 +12,7 @@ import regex
 
 import smc
 from potentials import Regex
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from smc.backends.stop import with_eos
 from tests.toy_problems import FastToyLM
 

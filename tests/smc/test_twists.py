@@ -1,4 +1,4 @@
-"""smc.twists.BudgetTwist: completion lengths are right, the twist is shaped as documented, and
+"""smc.engine.critics.BudgetCritic: completion lengths are right, the twist is shaped as documented, and
 (as a critic removed before the final weights) it leaves Ẑ unbiased and the target unchanged."""
 
 import asyncio
@@ -10,13 +10,13 @@ import pytest
 from potentials import JSONSchema, Regex
 from samplers import make_sampler
 from smc.engine import smc
-from smc.model import ConstrainedGeneration
-from smc.twists import BudgetTwist
+from smc.programs.constrained import ConstrainedGeneration
+from smc.engine.critics import BudgetCritic
 from tests.toy_problems import FastToyLM, exact_target
 
 
 def completion(potential, text: bytes, **kw) -> int:
-    tw = BudgetTwist(**kw)
+    tw = BudgetCritic(**kw)
     state = potential.advance(potential.initial(), text) if text else potential.initial()
     return asyncio.run(tw.completion_bytes(potential, state))
 
@@ -43,7 +43,7 @@ def test_completion_bytes_json_far_from_the_end_and_remembered_by_structure():
     schema = {"type": "object", "required": ["a", "b"], "additionalProperties": False,
               "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
     js = JSONSchema(schema, whitespace="compact")
-    tw = BudgetTwist()
+    tw = BudgetCritic()
     long_text = js.advance(js.initial(), b'{"a":"a long text that goes on')
     assert asyncio.run(tw.completion_bytes(js, long_text)) == len(b'","b":""}')
     other = js.advance(js.initial(), b'{"a":"something else')
@@ -64,9 +64,9 @@ def test_completion_bytes_gives_no_twist_past_max_nodes():
 
 def test_arguments_checked():
     with pytest.raises(ValueError, match="rate"):
-        BudgetTwist(rate=-1)
+        BudgetCritic(rate=-1)
     with pytest.raises(ValueError, match="max_nodes"):
-        BudgetTwist(max_nodes=0)
+        BudgetCritic(max_nodes=0)
 
 
 # the "digits" toy problem of test_engine: tokens "1", "2", "12", "-", EOS "$"
@@ -81,7 +81,7 @@ T = 4
 
 def test_twist_values_on_particles():
     model = ConstrainedGeneration(make_sampler("direct", LM, PHI), T)
-    tw = BudgetTwist(rate=2.0)
+    tw = BudgetCritic(rate=2.0)
     model.tokens = [0]                       # "1": needs one more byte ("2"), 3 tokens left
     assert asyncio.run(tw(model)) == pytest.approx(-2.0 * 1 / 3)
     model.tokens = [0, 1]                    # "12": complete
@@ -95,7 +95,7 @@ def test_z_hat_unbiased_and_target_unchanged_with_twist():
     target = exact_target(LM, lambda x: asyncio.run(PHI.complete(x)), T)
     z = sum(target.values())
     model = ConstrainedGeneration(make_sampler("awrs", LM, PHI), T)
-    critic = BudgetTwist(rate=3.0)
+    critic = BudgetCritic(rate=3.0)
 
     async def go():
         zs, mass = [], []

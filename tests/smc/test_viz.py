@@ -1,4 +1,4 @@
-"""smc.viz: the genealogy data, the matplotlib summary, and the HTML page in a real browser."""
+"""smc.engine.viz: the genealogy data, the matplotlib summary, and the HTML page in a real browser."""
 
 import json
 import math
@@ -15,11 +15,11 @@ matplotlib.use("Agg")
 
 import pytest
 
-import smc.viz as viz
-from potentials.base import NEG_INF
+import smc.engine.viz as viz
+from smc.core.logmath import NEG_INF
 from smc import agenerate
 from smc.backends.toy import ToyLM
-from smc.result import Result
+from smc.engine.result import Result
 from tests.toy_problems import TokenPredicate
 
 EVIL = "<b>x</b></script><script>document.title='pwned'</script>"

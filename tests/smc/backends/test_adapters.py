@@ -31,7 +31,7 @@ def world(tmp_path_factory):
     reference log-probs from one plain, unbatched, uncached PEFT forward per context."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from smc.loading import embedded_model_dir
+    from smc.backends.loading import embedded_model_dir
 
     where = embedded_model_dir()
     base = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32).eval()
@@ -242,7 +242,7 @@ async def test_program_proposing_with_base_and_scoring_with_adapter(lm, world):
     """Target p_alpha, proposal p_base: each step's weight is log p_alpha(x) - log p_base(x),
     both sources answering within one run (the weight of one particle is checked exactly)."""
     import smc
-    from smc.model import LMContext
+    from smc.programs.context import LMContext
 
     *_, ref = world
     view = lm.adapter("alpha")

@@ -83,7 +83,7 @@ def test_missing_member_is_rejected_by_name(member):
 
 def test_samplers_and_contexts_reject_a_non_backend():
     from samplers import make_sampler
-    from smc.model import LMContext
+    from smc.programs.context import LMContext
 
     partial = SimpleNamespace(vocab=[b"a"], eos_token_ids=[0])
     with pytest.raises(TypeError, match="has no encode, next_token_logprobs, batch_next_token_logprobs"):
@@ -138,7 +138,7 @@ def test_runtime_annotations_resolve_to_the_protocol():
     import samplers
     from samplers.awrs import AWRSSampler
     from samplers.base import TokenSampler
-    from smc import generation
+    from smc.api import generation
 
     for fn in (generation.agenerate, generation.prompt_ids_for, samplers.make_sampler,
                TokenSampler.__init__, AWRSSampler.__init__):
@@ -178,7 +178,7 @@ def test_eos_ids_of_the_embedded_tokenizer():
     from transformers import AutoTokenizer
 
     from smc.backends.vllm import _generation_eos
-    from smc.loading import embedded_model_dir
+    from smc.backends.loading import embedded_model_dir
 
     path = embedded_model_dir()
     tok = AutoTokenizer.from_pretrained(path)

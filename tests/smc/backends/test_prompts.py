@@ -13,10 +13,12 @@ import smc
 from potentials import Regex
 from potentials.lm import LMPotential
 from samplers import make_sampler
-from smc import ToyLM, cli
+from smc import ToyLM
+from smc.api import cli
 from smc.backends.base import AsyncLM
 from smc.backends.prompts import encode_prompt
-from smc.model import LMContext, Model
+from smc.programs.context import LMContext
+from smc.programs.model import Model
 
 VOCAB = ["<s>", "<u>", "<a>", "|", "a", "b", " ", "$"]
 TEXT = [VOCAB.index(t) for t in ("a", "b", " ", "$")]
@@ -123,7 +125,7 @@ def test_every_form_same_ids_through_every_entry_point(conversation, monkeypatch
         argvs.append(["--messages", str(full)])
     for argv in argvs:
         rec = Recorder()
-        monkeypatch.setattr("smc.loading.load_lm", lambda *a, _rec=rec, **k: chat_lm(_rec))
+        monkeypatch.setattr("smc.api.cli.load_lm", lambda *a, _rec=rec, **k: chat_lm(_rec))
         code = cli.main(["generate", *argv, "--regex", "[ab ]{0,4}", "--particles", "4",
                          "--max-tokens", "4", "--json", "--quiet"])
         out = json.loads(capsys.readouterr().out)
@@ -133,7 +135,7 @@ def test_every_form_same_ids_through_every_entry_point(conversation, monkeypatch
 
 def test_system_prompt_with_text_on_the_cli(monkeypatch, capsys):
     rec = Recorder()
-    monkeypatch.setattr("smc.loading.load_lm", lambda *a, **k: chat_lm(rec))
+    monkeypatch.setattr("smc.api.cli.load_lm", lambda *a, **k: chat_lm(rec))
     assert cli.main(["generate", "--system", "b", "--prompt", "ab", "--regex", "a?",
                      "--particles", "2", "--max-tokens", "2", "--quiet"]) == 0
     assert rec.prompt() == tuple(chat_lm().encode("<s>b|<u>ab|<a>"))
@@ -237,7 +239,7 @@ def test_bad_prompts_fail_before_loading_a_model(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("load_lm called")
 
-    monkeypatch.setattr("smc.loading.load_lm", refuse)
+    monkeypatch.setattr("smc.api.generation.load_lm", refuse)
     for prompt, exc, msg in BAD[:-1]:  # all but the range check, which needs the vocabulary
         with pytest.raises(exc, match="prompt"):
             smc.generate(prompt, particles=2, progress=False)
@@ -277,7 +279,7 @@ def test_empty_prompt_list():
 
 
 def test_cli_prompt_flags_errors(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("smc.loading.load_lm", lambda *a, **k: chat_lm())
+    monkeypatch.setattr("smc.api.cli.load_lm", lambda *a, **k: chat_lm())
     good = tmp_path / "good.json"
     good.write_text(json.dumps(FEW_SHOT))
     cases = [

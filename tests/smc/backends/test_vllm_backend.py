@@ -20,7 +20,7 @@ psutil = pytest.importorskip("psutil")
 
 import smc  # noqa: E402
 from smc.backends.vllm import VLLMBackend  # noqa: E402
-from smc.loading import embedded_model_dir  # noqa: E402
+from smc.backends.loading import embedded_model_dir  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # every test here loads the embedded model
 

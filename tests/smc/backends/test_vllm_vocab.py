@@ -57,7 +57,7 @@ def test_tiny_llama_builder(tiny_dir):
     from transformers import AutoConfig, AutoTokenizer
 
     from smc.backends.vocab import build_vocab
-    from smc.loading import embedded_model_dir
+    from smc.backends.loading import embedded_model_dir
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     cfg = AutoConfig.from_pretrained(tiny_dir)

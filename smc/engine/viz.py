@@ -6,9 +6,9 @@ ESS^t = 1 / sum_i (wbar_i^t)^2 (as recorded before any resampling), the resampli
 the genealogy: particle k of step t+1 descends from particle a_k of step t, where a = the step's
 ``ancestors`` when the population was resampled after step t, else the identity.
 
-    import smc.viz
-    smc.viz.plot(result)                          # final weights, ESS trace, posterior
-    smc.viz.save(result, "run.html", lm=lm)       # open run.html in any browser, offline
+    import smc.engine.viz
+    smc.engine.viz.plot(result)                          # final weights, ESS trace, posterior
+    smc.engine.viz.save(result, "run.html", lm=lm)       # open run.html in any browser, offline
 
 The HTML page embeds its data as JSON and draws the genealogy with inline JavaScript into SVG;
 it loads nothing from the network. Generated text is only ever inserted as text nodes (never as
@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, normalized
-from smc.result import Result, json_number
+from smc.backends.vocab import decode
+from smc.core.logmath import NEG_INF, json_number, normalized
 
 if TYPE_CHECKING:  # annotations only: importing it loads torch
     from smc.backends.base import LMBackend
+    from smc.engine.result import Result
 
 __all__ = ["genealogy", "plot", "to_html", "save"]
 
@@ -40,9 +41,15 @@ def _decoder(lm: LMBackend | None) -> Callable[[Sequence[int]], str] | None:
         return None
     if getattr(lm, "vocab", None) is None:
         raise TypeError(f"lm must have a .vocab (list of token byte strings), got {type(lm).__name__}")
-    from smc.model import decode  # imported here: it loads torch, which an LM has loaded already
 
     return functools.partial(decode, lm)
+
+
+def _check_result(result: Any) -> None:
+    """TypeError unless ``result`` is an SMC Result (read by its members: this module sits below
+    smc.engine.result, whose methods draw through it)."""
+    if not all(hasattr(result, k) for k in ("samples", "history", "log_ml", "weights")):
+        raise TypeError(f"expected an smc Result, got {type(result).__name__}")
 
 
 def _population(result: Result) -> int:
@@ -60,8 +67,7 @@ def genealogy(result: Result, lm: LMBackend | None = None) -> dict[str, Any]:
     tokens are decoded to text; without it they are shown as ids, and only the final column has
     text (the samples' own). The final column's weights are Result.weights (unfinished count 0).
     """
-    if not isinstance(result, Result):
-        raise TypeError(f"expected an smc Result, got {type(result).__name__}")
+    _check_result(result)
     decode = _decoder(lm)
 
     def show(ids: Sequence[int]) -> str:
@@ -147,8 +153,7 @@ def plot(result: Result, ax: Any = None, *, top_k: int = 10) -> Any:
     """
     import matplotlib.pyplot as plt
 
-    if not isinstance(result, Result):
-        raise TypeError(f"expected an smc Result, got {type(result).__name__}")
+    _check_result(result)
     if ax is None:
         _, axes = plt.subplots(1, 3, figsize=(15, 3.8), gridspec_kw={"width_ratios": [1, 1.3, 1.4]})
     else:

@@ -19,7 +19,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from potentials import Grammar, JSONSchema, Regex
 from samplers import SAMPLERS
+from smc.api.generation import generate
+from smc.api.request import Request
+from smc.backends.loading import load_lm
+from smc.backends.prompts import chat_messages, check_messages, check_text
+from smc.core import defaults
+from smc.engine.search import METHODS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,25 +51,30 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--regex", help="regular expression the output must match")
     which.add_argument("--grammar", type=Path, help="Lark grammar file the output must parse with")
     which.add_argument("--json-schema", type=Path, help="JSON Schema file the output must satisfy")
-    g.add_argument("--particles", type=int, default=16)
-    g.add_argument("--max-tokens", type=int, default=32)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--particles", type=int, default=None, help=f"N (default {defaults.PARTICLES})")
+    g.add_argument("--max-tokens", type=int, default=None, help=f"default {defaults.MAX_TOKENS}")
+    g.add_argument("--seed", type=int, default=None, help=f"default {defaults.SEED}")
     g.add_argument("--islands", type=int, default=None,
                    help="independent SMC islands, a divisor of --particles (default: 4 from 16 "
                         "particles on, else 1; 1 is one population)")
-    g.add_argument("--finish-share", type=float, default=0.0,
+    g.add_argument("--finish-share", type=float, default=None,
                    help="bank this share of the EOS mass wherever the text could end (0 <= S < 1; "
                         "every complete text the particles pass becomes a sample)")
     g.add_argument("--lookahead", type=float, default=None,
                    help="steer toward texts short to complete, RATE nats per byte of detour; it "
                         "acts on a --regex with backreferences (same target; default 1.0; 0: off)")
-    g.add_argument("--sampler", choices=sorted(SAMPLERS), default="awrs")
-    g.add_argument("--method", choices=["smc", "beam", "top_k", "steer"], default="smc",
+    g.add_argument("--sampler", choices=sorted(SAMPLERS), default=None, help=f"default {defaults.SAMPLER}")
+    g.add_argument("--ess-threshold", type=float, default=None,
+                   help=f"resample when ESS < this * N (default {defaults.ESS_THRESHOLD}; 0: never)")
+    g.add_argument("--resampling", default=None, help=f"scheme (default {defaults.RESAMPLING})")
+    g.add_argument("--method", choices=list(METHODS), default=None,
                    help="smc (default); beam / top_k: --particles best sequences (deterministic); "
                         "steer: without-replacement steering (see docs/beam.md)")
     g.add_argument("--n-beam", type=int, default=None, help="children kept per particle (--method steer)")
     g.add_argument("--model", default=None, help="HF model id or directory (default: embedded SmolLM2)")
     g.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    g.add_argument("--checkpoint", type=Path, default=None,
+                   help="write the run's state here after every step (smc.resume continues it)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -84,8 +96,6 @@ def _read(path: Path, what: str) -> str:
 
 def _prompt(args: argparse.Namespace):
     """The prompt the flags describe: text, or a list of chat messages (--messages, --system)."""
-    from smc.backends.prompts import chat_messages, check_messages, check_text
-
     if args.prompt is None and args.messages is None:
         raise ValueError("the following arguments are required: --prompt (or --messages FILE.json)")
     if args.prompt is not None and args.messages is not None:
@@ -110,16 +120,9 @@ def _prompt(args: argparse.Namespace):
 
 def _constraint(args: argparse.Namespace):
     if args.regex is not None:
-        from potentials import Regex
-        from smc.backends.prompts import check_text
-
         return Regex(check_text(args.regex, "--regex"))
     if args.grammar is not None:
-        from potentials import Grammar
-
         return Grammar(_read(args.grammar, "grammar"))
-    from potentials import JSONSchema
-
     text = _read(args.json_schema, "JSON Schema")
     try:
         schema = json.loads(text)
@@ -128,35 +131,22 @@ def _constraint(args: argparse.Namespace):
     return JSONSchema(schema)
 
 
-def _generate(args: argparse.Namespace) -> int:
-    from smc.generation import check_generate_args, generate
-    from smc.loading import load_lm
-    from smc.search import check_method
+#: flag -> Request field, for the settings that are passed only when given (the Request holds
+#: the defaults, smc.core.defaults)
+SETTING_FLAGS = ("particles", "max_tokens", "seed", "islands", "finish_share", "lookahead",
+                 "sampler", "ess_threshold", "resampling", "method", "n_beam", "checkpoint")
 
-    prompt = _prompt(args)
-    constraint = _constraint(args)
-    check_generate_args(
-        prompt, args.particles, args.max_tokens, 0.5, args.sampler, "multinomial", args.seed,
-        islands=args.islands, finish_share=args.finish_share, method=args.method,
-        lookahead=args.lookahead, constraint=constraint,
-    )
-    check_method(args.method, args.n_beam)
+
+def request_of(args: argparse.Namespace) -> Request:
+    """The Request the flags describe (validated: the same rules as ``smc.generate``)."""
+    settings = {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k) is not None}
+    return Request(_prompt(args), _constraint(args), **settings)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    request = request_of(args)  # every bad flag is refused before the model loads
     lm = load_lm(args.model, backend=args.backend)
-    result = generate(
-        prompt,
-        constraint,
-        lm=lm,
-        particles=args.particles,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        sampler=args.sampler,
-        progress=False if args.quiet else None,
-        method=args.method,
-        n_beam=args.n_beam,
-        islands=args.islands,
-        finish_share=args.finish_share,
-        lookahead=args.lookahead,
-    )
+    result = generate(request, lm=lm, progress=False if args.quiet else None)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))
         return 0

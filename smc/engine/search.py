@@ -1,7 +1,7 @@
 """``smc.beam`` and ``smc.steer``: beam search and without-replacement steering over the programs
 and potentials that ``smc.smc`` runs.
 
-(The module is ``smc.search``: a submodule named ``smc.beam`` would replace the function on the
+(The module is ``smc.engine.search``: a submodule named ``smc.beam`` would replace the function on the
 package.)
 
 Both searches grow particles by *expanding* them: a particle x of log weight W(x) has children
@@ -74,12 +74,15 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 
-from potentials.base import NEG_INF, logsumexp
-from smc.counters import RunCounters, current
-from smc.concurrency import run_all
+from smc.core.logmath import NEG_INF, logsumexp
+from smc.core.counters import RunCounters, current
+from smc.core.concurrency import run_all
 from smc.engine import MAX_PARTICLES
-from smc.model import ConstrainedGeneration, Model, is_lm
-from smc.result import Result, Sample
+from smc.programs.constrained import ConstrainedGeneration
+from smc.programs.model import Model
+from smc.backends.base import is_lm
+from smc.engine.result import Result
+from smc.programs.model import Sample
 
 #: random paths one step of a general Model may have before ``beam``/``steer`` refuse it
 MAX_PATHS = 10_000
@@ -198,7 +201,7 @@ async def _expand_paths(p: Model, max_paths: int) -> _Expansion:
             )
         draw = _PathDraw(stack.pop(), stack)
         c = p.clone()
-        c._draw = draw
+        c.use_draw(draw)
         try:
             await c.step()
         except AttributeError as e:
@@ -210,7 +213,7 @@ async def _expand_paths(p: Model, max_paths: int) -> _Expansion:
                 ) from e
             raise
         finally:
-            c._draw = None
+            c.use_draw(None)
         children.append(c)
         logw.append(c.weight + draw.logp if c.weight > NEG_INF else NEG_INF)
 
@@ -242,7 +245,7 @@ def _top(logw: np.ndarray, k: int) -> np.ndarray:
 # ---------------------------------------------------------------------------- bookkeeping
 class _Run:
     """The Result at the end of a search run: its LMs' counters come from the objects that
-    registered with the run (smc.counters; the search functions run inside ``_counted``)."""
+    registered with the run (smc.core.counters; the search functions run inside ``_counted``)."""
 
     def __init__(self) -> None:
         self.counters = current() or RunCounters()
@@ -263,7 +266,7 @@ class _Run:
 
 
 def _counted(fn: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
-    """Run the search ``fn`` as a run of its own for the counters (smc.counters)."""
+    """Run the search ``fn`` as a run of its own for the counters (smc.core.counters)."""
 
     @functools.wraps(fn)
     async def counted(*args: Any, **kwargs: Any) -> Result:

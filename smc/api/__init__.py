@@ -1,0 +1,1 @@
+"""The top layer: the request value, ``generate``, ``resume`` and the command line."""

@@ -1,0 +1,319 @@
+"""``Request``: one validated description of a generation.
+
+A Request holds the prompt, the constraint and every setting of a run; it is checked once,
+where it is built, and never again. ``smc.generate``, the CLI, checkpoints, the HTTP server and
+the batch runner all build and read this one value. Defaults come from ``smc.core.defaults``
+and are resolved when the Request is built (``islands``, ``lookahead``), so a Request says
+exactly what will run.
+
+JSON form (``Request.from_json`` / ``to_json``): the prompt (text, chat messages or token ids),
+the constraint as one of ``{"regex": R}``, ``{"grammar": LARK}``, ``{"json_schema": SCHEMA}``,
+``{"json_object": true}`` (any JSON object), ``{"choice": [S, ...]}`` or null, and every
+JSON-valued setting. Python-only parts (a ``Predicate`` or any other potential object, a
+pydantic class, products, a critic) attach in Python; ``to_json`` lists them under
+``"python_only"`` instead of writing them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from potentials import Grammar, JSONSchema, Regex
+from potentials.base import BytePotential, Potential
+from samplers import SAMPLERS
+from smc.backends.prompts import Prompt, prompt_kind
+from smc.core import defaults
+from smc.core.errors import InvalidArgument, InvalidArgumentType
+from smc.engine.checkpoint import check_path
+from smc.engine.loop import MAX_PARTICLES, Critic, check_smc_args
+from smc.engine.search import METHODS
+
+#: the keys of a constraint's JSON form, each naming what its value is
+CONSTRAINT_KINDS = {
+    "regex": "a regular expression (Python `re`/`regex` syntax)",
+    "grammar": "a Lark grammar",
+    "json_schema": "a JSON Schema (an object, or its JSON text)",
+    "json_object": "true: any JSON object",
+    "choice": "a list of strings, one of which is the output",
+}
+
+
+def _integer(value: Any, name: str, low: int, high: int | None = None) -> int:
+    """``value`` as an int in [low, high]; InvalidArgument(Type) naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentType(f"{name} must be an integer >= {low}, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"in [{low}, {high:,}]" if high is not None else f">= {low}"
+        raise InvalidArgument(f"{name} must be an integer {bound}, got {value!r}")
+    return int(value)
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentType(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
+def optional_bool(value: Any, name: str) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise InvalidArgumentType(f"{name} must be True, False or None, got {value!r}")
+    return value
+
+
+def constraint_from_json(spec: Any) -> Potential | None:
+    """The potential a constraint's JSON form describes (see ``CONSTRAINT_KINDS``); None for
+    null. InvalidArgument naming the problem for any other value, an unknown key, or two keys."""
+    if spec is None:
+        return None
+    if not isinstance(spec, Mapping):
+        raise InvalidArgumentType(
+            f"constraint must be a Potential (e.g. potentials.Regex), its JSON form (an object "
+            f"with one of the keys {', '.join(CONSTRAINT_KINDS)}) or None; got {type(spec).__name__}"
+        )
+    unknown = [k for k in spec if k not in CONSTRAINT_KINDS]
+    if unknown:
+        raise InvalidArgument(
+            f"unknown constraint kind {unknown[0]!r}; the kinds are {', '.join(CONSTRAINT_KINDS)}"
+        )
+    if len(spec) != 1:
+        raise InvalidArgument(
+            f"a constraint has exactly one kind, got {len(spec)}: {', '.join(spec) or 'none'}"
+        )
+    kind, value = next(iter(spec.items()))
+    if kind in ("regex", "grammar"):
+        if not isinstance(value, str):
+            raise InvalidArgumentType(f"constraint {kind} must be a string, got {type(value).__name__}")
+        return Regex(value) if kind == "regex" else Grammar(value)
+    if kind == "json_schema":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise InvalidArgument(f"constraint json_schema is not valid JSON: {e}") from None
+        if not isinstance(value, (Mapping, bool)):
+            raise InvalidArgumentType(f"constraint json_schema must be an object, got {type(value).__name__}")
+        return JSONSchema(value)
+    if kind == "json_object":
+        if value is not True:
+            raise InvalidArgument(f"constraint json_object must be true, got {value!r}")
+        return JSONSchema({"type": "object"})
+    if not isinstance(value, list) or not value or not all(isinstance(s, str) for s in value):
+        raise InvalidArgument("constraint choice must be a non-empty list of strings")
+    return Regex("|".join(re.escape(s) for s in value))
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation: prompt, constraint and every setting, validated when built.
+
+    Attributes:
+        prompt: text, a list of ``{"role", "content"}`` chat messages (a last assistant message
+            is continued), or token ids (used as given). Text and messages go through the LM's
+            chat template by the one prompt rule (``smc.backends.prompts``; see ``chat``).
+        constraint: a byte-level potential (Regex, Grammar, JSONSchema, Predicate, ...; lifted
+            to the LM's tokens), a token-level Potential over the LM's vocabulary, a constraint's
+            JSON form (``constraint_from_json``), or None (unconstrained).
+        model: the model the request is for, when it names one (the server and the batch runner
+            check it against the model they serve); ``generate`` ignores it.
+        particles: N, 1 <= N <= smc.engine.MAX_PARTICLES.
+        max_tokens: at most this many generated tokens; EOS is forced after them.
+        seed: a non-negative integer seeding all randomness, or None for fresh entropy.
+        sampler: "awrs", "direct" or "masking" (the improper baseline).
+        sampler_options: the sampler's own options (AWRS: max_checks, max_draws,
+            early_fallback; see its class).
+        ess_threshold: resample when ESS < ess_threshold * N (0: never, importance sampling).
+        resampling: "multinomial", "stratified", "systematic" or "residual".
+        islands: K, a divisor of N: K independent SMC islands (None: ``defaults.islands_for``).
+        finish_share: s in [0, 1): bank s of the EOS mass wherever the text could end.
+        lookahead: rate >= 0 of the lookahead twist (None: ``defaults.LOOKAHEAD`` for an SMC
+            run with a byte-level constraint, else 0).
+        method: "smc", "beam", "top_k" or "steer" (docs/beam.md).
+        n_beam: children per particle of method="steer" (None: ``defaults.N_BEAM``).
+        critic: a log twist psi(particle) guiding resampling (Python only).
+        checkpoint: a file the run's state is written to after every step (Python and CLI only).
+        chat: apply the LM's chat template to a text prompt (None: when the LM has one).
+
+    Build one with ``Request(prompt, constraint, particles=..., ...)`` or
+    ``Request.from_json(obj)``; change one with ``dataclasses.replace`` (validated again).
+    """
+
+    prompt: Prompt
+    constraint: Potential | Mapping[str, Any] | None = None
+    model: str | None = None
+    particles: int = defaults.PARTICLES
+    max_tokens: int = defaults.MAX_TOKENS
+    seed: int | None = defaults.SEED
+    sampler: str = defaults.SAMPLER
+    sampler_options: Mapping[str, Any] = field(default_factory=dict)
+    ess_threshold: float = defaults.ESS_THRESHOLD
+    resampling: str = defaults.RESAMPLING
+    islands: int | None = None
+    finish_share: float = defaults.FINISH_SHARE
+    lookahead: float | None = None
+    method: str = defaults.METHOD
+    n_beam: int | None = None
+    critic: Critic | None = field(default=None, compare=False)
+    checkpoint: str | os.PathLike | None = None
+    chat: bool | None = None
+    #: the constraint's JSON form when it was given as one (read by ``to_json``)
+    constraint_json: Mapping[str, Any] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__.__get__(self)
+        prompt_kind(self.prompt)
+        constraint = self.constraint
+        if constraint is not None and not isinstance(constraint, Potential):
+            spec = json.loads(json.dumps(constraint)) if isinstance(constraint, Mapping) else constraint
+            constraint = constraint_from_json(spec)
+            set_("constraint", constraint)
+            set_("constraint_json", spec)
+        if self.model is not None and not isinstance(self.model, str):
+            raise InvalidArgumentType(f"model must be a string (a model name), got {self.model!r}")
+        if not isinstance(self.method, str) or self.method not in METHODS:
+            raise InvalidArgument(f"method must be one of {', '.join(map(repr, METHODS))}, got {self.method!r}")
+        set_("max_tokens", _integer(self.max_tokens, "max_tokens", 1))
+        islands = self.islands
+        if islands is None:
+            islands = defaults.islands_for(int(self.particles)) if self.method == "smc" and _is_int(self.particles) else 1
+        elif self.method != "smc" and islands != 1:
+            raise InvalidArgument(f"islands is for method='smc' runs, not method={self.method!r}")
+        _checked(check_smc_args, self.particles, self.ess_threshold, self.resampling, self.seed, islands)
+        set_("particles", int(self.particles))
+        set_("islands", int(islands))
+        set_("ess_threshold", float(self.ess_threshold))
+        set_("seed", None if self.seed is None else int(self.seed))
+        if not isinstance(self.sampler, str):
+            raise InvalidArgumentType(f"sampler must be a string, one of {', '.join(SAMPLERS)}; got {self.sampler!r}")
+        if self.sampler not in SAMPLERS:
+            raise InvalidArgument(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        if not isinstance(self.sampler_options, Mapping):
+            raise InvalidArgumentType(f"sampler_options must be an object, got {self.sampler_options!r}")
+        set_("sampler_options", _checked(SAMPLERS[self.sampler].check_options, dict(self.sampler_options)))
+        if self.n_beam is not None:
+            set_("n_beam", _integer(self.n_beam, "n_beam", 1, MAX_PARTICLES))
+            if self.method != "steer":
+                raise InvalidArgument(f"n_beam is only used by method='steer', not method={self.method!r}")
+        elif self.method == "steer":
+            set_("n_beam", defaults.N_BEAM)
+        if self.critic is not None:
+            if not callable(self.critic):
+                raise InvalidArgumentType(f"critic must be a function of a particle (or None), got {self.critic!r}")
+            if self.method != "smc":
+                raise InvalidArgument(f"critic is only used by method='smc', not method={self.method!r}")
+        share = _number(self.finish_share, "finish_share")
+        if not 0.0 <= share < 1.0:
+            raise InvalidArgument(f"finish_share must be in [0, 1) (the share of EOS mass banked each step), got {share!r}")
+        if share > 0 and self.method != "smc":
+            raise InvalidArgument(f"finish_share is for method='smc' runs, not method={self.method!r}")
+        set_("finish_share", share)
+        set_("lookahead", self._lookahead())
+        if self.checkpoint is not None:
+            if self.method != "smc":
+                raise InvalidArgument(f"checkpoint is for method='smc' runs, not method={self.method!r}")
+            _checked(check_path, self.checkpoint)
+        set_("chat", optional_bool(self.chat, "chat"))
+
+    def _lookahead(self) -> float:
+        """The run's lookahead rate: ``defaults.LOOKAHEAD`` when not given for an SMC run with a
+        byte-level constraint (else 0); a given rate is a finite number >= 0, and > 0 only for
+        an SMC run with a byte-level constraint (the twist reads its byte states)."""
+        byte_level = isinstance(self.constraint, BytePotential)
+        if self.lookahead is None:
+            return defaults.LOOKAHEAD if self.method == "smc" and byte_level else 0.0
+        rate = _number(self.lookahead, "lookahead")
+        if rate < 0:
+            raise InvalidArgument(f"lookahead must be a finite number >= 0 (nats per byte of detour), got {rate!r}")
+        if rate > 0 and self.method != "smc":
+            raise InvalidArgument(f"lookahead is for method='smc' runs, not method={self.method!r}")
+        if rate > 0 and not byte_level:
+            what = type(self.constraint).__name__ if self.constraint is not None else None
+            raise InvalidArgument(f"lookahead needs a byte-level constraint (Regex, Grammar, JSONSchema, ...), got {what}")
+        return rate
+
+    # -- JSON form
+    @classmethod
+    def from_json(cls, obj: Any) -> "Request":
+        """A Request from its JSON form (a dict, or its JSON text); InvalidArgument naming an
+        unknown or Python-only field."""
+        if isinstance(obj, (str, bytes)):
+            try:
+                obj = json.loads(obj)
+            except json.JSONDecodeError as e:
+                raise InvalidArgument(f"the request is not valid JSON: {e}") from None
+        if not isinstance(obj, Mapping):
+            raise InvalidArgumentType(f"a request must be a JSON object, got {type(obj).__name__}")
+        if "prompt" not in obj:
+            raise InvalidArgument("the request has no prompt")
+        for key in obj:
+            if key not in JSON_FIELDS:
+                why = " (it can only be set in Python)" if key in PYTHON_FIELDS else ""
+                raise InvalidArgument(f"unknown request field {key!r}{why}; the fields are {', '.join(JSON_FIELDS)}")
+        return cls(**obj)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form: every JSON-valued field (defaults resolved), and under
+        ``"python_only"`` the names of the parts that only exist in Python."""
+        out: dict[str, Any] = {}
+        python_only = []
+        for name in JSON_FIELDS:
+            value = getattr(self, name)
+            if name == "constraint":
+                if value is not None and self.constraint_json is None:
+                    python_only.append("constraint")
+                    continue
+                value = self.constraint_json
+            elif name == "prompt" and not isinstance(value, str):
+                value = [dict(m) if isinstance(m, Mapping) else int(m) for m in value]
+            elif name == "sampler_options":
+                value = dict(value)
+            out[name] = value
+        if self.critic is not None:
+            python_only.append("critic")
+        if self.checkpoint is not None:
+            out["checkpoint"] = os.fspath(self.checkpoint)
+        if python_only:
+            out["python_only"] = python_only
+        return out
+
+    def replace(self, **changes: Any) -> "Request":
+        """A copy with ``changes`` applied, validated again."""
+        if "constraint" in changes:
+            changes.setdefault("constraint_json", None)
+        return dataclasses.replace(self, **changes)
+
+
+#: the fields a request's JSON form may hold
+JSON_FIELDS = ("prompt", "constraint", "model", "particles", "max_tokens", "seed", "sampler",
+               "sampler_options", "ess_threshold", "resampling", "islands", "finish_share",
+               "lookahead", "method", "n_beam", "chat")
+#: the fields that exist only in Python (or, for checkpoint, the local CLI)
+PYTHON_FIELDS = ("critic", "checkpoint", "constraint_json")
+#: every setting besides the prompt and the constraint, as keyword arguments of ``generate``
+SETTINGS = tuple(f.name for f in dataclasses.fields(Request) if f.name not in ("prompt", "constraint", "constraint_json"))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _checked(check: Callable[..., Any], *args: Any) -> Any:
+    """``check(*args)``, with its ValueError/TypeError re-raised as the library's own kinds."""
+    try:
+        return check(*args)
+    except (InvalidArgument, InvalidArgumentType):
+        raise
+    except TypeError as e:
+        raise InvalidArgumentType(str(e)) from None
+    except ValueError as e:
+        raise InvalidArgument(str(e)) from None

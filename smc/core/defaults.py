@@ -1,0 +1,55 @@
+"""Every default of a generation, defined once, with the measurement that chose it.
+
+``smc.Request`` (and through it ``generate``, the CLI, checkpoints, the server and the batch
+runner) and ``smc.smc`` read these names; nothing else writes the values again.
+"""
+
+from __future__ import annotations
+
+#: N. At 16, SMC is ahead of masking on the 30 JSON tasks (+0.07 [+0.03, +0.10] field accuracy,
+#: benchmarks/bench_quality.py); at 4 the two tie (docs/quality.md)
+PARTICLES = 16
+
+#: tokens generated at most before EOS is forced: room for a short answer (a phone number, a
+#: 3-field JSON object in compact form); longer outputs set their own budget
+MAX_TOKENS = 32
+
+#: every run is reproducible unless asked otherwise
+SEED = 0
+
+#: AWRS: an unbiased weight from a few constraint checks per step, against the direct
+#: sampler's full vocabulary evaluation (benchmarks/bench_smc.py)
+SAMPLER = "awrs"
+
+#: resample when ESS < 0.5 N, the usual choice in the SMC literature; on the 30 JSON tasks x 2
+#: seeds at N = 16, 0.25 gave 0.69 [0.64, 0.73] accuracy, no better (benchmarks/bench_quality.py)
+ESS_THRESHOLD = 0.5
+
+#: unbiased offspring counts with the simplest law (not compared on the quality tasks yet; every
+#: scheme in smc.core.resampling keeps Ẑ unbiased)
+RESAMPLING = "multinomial"
+
+#: independent islands from 16 particles on (a multiple of 4): on 30 JSON tasks x 2 seeds at
+#: N = 16, 4 islands finished all 60 runs (one population: 58) with accuracy 0.71 against 0.70
+ISLANDS_FROM = 16
+ISLANDS = 4
+
+#: share of the EOS mass banked wherever the text could end: off by default (it adds samples
+#: and a completion check per particle and step)
+FINISH_SHARE = 0.0
+
+#: lookahead rate for a byte-level constraint that knows completions: on genlm-eval's patterns
+#: it took the copy patterns from 0 of 10 runs with a sample to 9-10 of 10 (benchmarks/RESULTS.md)
+LOOKAHEAD = 1.0
+
+#: the search method of a generation
+METHOD = "smc"
+
+#: children kept per particle by method="steer"
+N_BEAM = 2
+
+
+def islands_for(particles: int) -> int:
+    """The islands of an SMC run when none are given: ISLANDS when N is a multiple of it and at
+    least ISLANDS_FROM, else 1 (one population)."""
+    return ISLANDS if particles % ISLANDS == 0 and particles >= ISLANDS_FROM else 1

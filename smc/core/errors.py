@@ -1,0 +1,21 @@
+"""The library's exception root.
+
+Every error smc-steer raises on purpose derives from ``SmcSteerError``, so a caller can catch
+them all in one clause. Each also derives from the built-in it always was (``ValueError`` for a
+bad value, ``TypeError`` for a value of the wrong type, ...), so code written against those
+keeps working.
+"""
+
+from __future__ import annotations
+
+
+class SmcSteerError(Exception):
+    """Root of every error smc-steer raises on purpose."""
+
+
+class InvalidArgument(SmcSteerError, ValueError):
+    """An argument or request field with a value outside its domain; the message names it."""
+
+
+class InvalidArgumentType(SmcSteerError, TypeError):
+    """An argument or request field of the wrong type; the message names it."""
