@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from smc.core.logmath import NEG_INF
+from smc.core.errors import InvalidArgument, InvalidArgumentType
 from potentials.base import BytePotential, Potential, is_plain_text, is_raw_text
 
 if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
@@ -901,11 +902,11 @@ def as_token_potential(constraint: Potential | None, lm: LMBackend) -> Potential
     if isinstance(constraint, BytePotential):
         return constraint.lift(lm)
     if not isinstance(constraint, Potential):
-        raise TypeError(
+        raise InvalidArgumentType(
             f"constraint must be a Potential (e.g. potentials.Regex), got {type(constraint).__name__}"
         )
     if constraint.size != len(lm.vocab):
-        raise ValueError(
+        raise InvalidArgument(
             f"constraint has {constraint.size} symbols but the LM vocabulary has {len(lm.vocab)} "
             "tokens: pass a byte-level constraint or one lifted to this LM"
         )

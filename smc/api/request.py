@@ -47,9 +47,10 @@ CONSTRAINT_KINDS = {
 
 
 def _integer(value: Any, name: str, low: int, high: int | None = None) -> int:
-    """``value`` as an int in [low, high]; InvalidArgument(Type) naming ``name`` otherwise."""
+    """``value`` as an int in [low, high]; InvalidArgument naming ``name`` otherwise (a value
+    of another type too, as ``smc.smc`` answers for ``particles``)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgumentType(f"{name} must be an integer >= {low}, got {value!r}")
+        raise InvalidArgument(f"{name} must be an integer >= {low}, got {value!r}")
     if value < low or (high is not None and value > high):
         bound = f"in [{low}, {high:,}]" if high is not None else f">= {low}"
         raise InvalidArgument(f"{name} must be an integer {bound}, got {value!r}")
@@ -59,10 +60,7 @@ def _integer(value: Any, name: str, low: int, high: int | None = None) -> int:
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidArgumentType(f"{name} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise InvalidArgument(f"{name} must be a finite number, got {value!r}")
-    return value
+    return float(value)
 
 
 def optional_bool(value: Any, name: str) -> bool | None:
@@ -212,7 +210,7 @@ class Request:
             if self.method != "smc":
                 raise InvalidArgument(f"critic is only used by method='smc', not method={self.method!r}")
         share = _number(self.finish_share, "finish_share")
-        if not 0.0 <= share < 1.0:
+        if not 0.0 <= share < 1.0:  # NaN included
             raise InvalidArgument(f"finish_share must be in [0, 1) (the share of EOS mass banked each step), got {share!r}")
         if share > 0 and self.method != "smc":
             raise InvalidArgument(f"finish_share is for method='smc' runs, not method={self.method!r}")
@@ -232,7 +230,7 @@ class Request:
         if self.lookahead is None:
             return defaults.LOOKAHEAD if self.method == "smc" and byte_level else 0.0
         rate = _number(self.lookahead, "lookahead")
-        if rate < 0:
+        if not (math.isfinite(rate) and rate >= 0):
             raise InvalidArgument(f"lookahead must be a finite number >= 0 (nats per byte of detour), got {rate!r}")
         if rate > 0 and self.method != "smc":
             raise InvalidArgument(f"lookahead is for method='smc' runs, not method={self.method!r}")

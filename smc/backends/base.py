@@ -56,6 +56,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 
 from smc.core.counters import register
+from smc.core.errors import InvalidArgument, InvalidArgumentType
 
 
 _INT = {int}
@@ -142,7 +143,7 @@ def check_backend(obj: Any, what: str = "lm") -> None:
     """
     missing = missing_members(obj)
     if missing:
-        raise TypeError(
+        raise InvalidArgumentType(
             f"{what} must be a language-model backend (e.g. smc.load_lm() or smc.ToyLM(...)); "
             f"{type(obj).__name__} has no {', '.join(missing)}"
         )
@@ -184,18 +185,18 @@ class AsyncLM(ABC):
             try:
                 out = tuple(int(i) for i in ids)
             except (TypeError, ValueError) as e:
-                raise ValueError(f"token ids must be a sequence of integers, got {ids!r}") from e
+                raise InvalidArgument(f"token ids must be a sequence of integers, got {ids!r}") from e
         if not out and not allow_empty:
-            raise ValueError(
+            raise InvalidArgument(
                 "empty token list: the model needs at least one token of context "
                 "(encode a prompt, or use a backend with a BOS token)"
             )
         n = len(self.vocab)
         if out and (min(out) < 0 or max(out) >= n):
             bad = [i for i in out if not 0 <= i < n]
-            raise ValueError(f"token ids out of range [0, {n}): {bad[:5]}")
+            raise InvalidArgument(f"token ids out of range [0, {n}): {bad[:5]}")
         if self.max_context is not None and len(out) > self.max_context:
-            raise ValueError(
+            raise InvalidArgument(
                 f"context of {len(out)} tokens is longer than the model's maximum of "
                 f"{self.max_context} tokens"
             )

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import numpy as np
+from smc.core.errors import InvalidArgument, InvalidArgumentType
 
 if TYPE_CHECKING:
     from smc.backends.base import LMBackend
@@ -39,11 +40,11 @@ _KINDS = "a prompt is text, a list of chat messages ({'role', 'content'} dicts) 
 def check_text(value: Any, name: str) -> str:
     """``value`` if it is a str that UTF-8 can encode; else TypeError/ValueError naming ``name``."""
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+        raise InvalidArgumentType(f"{name} must be a string, got {type(value).__name__}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise ValueError(
+        raise InvalidArgument(
             f"{name} is not valid Unicode text: {value[e.start:e.end]!r} at position {e.start} is a "
             "lone surrogate (often bytes that were not UTF-8, e.g. from a shell argument or a file "
             "read with the wrong encoding)"
@@ -56,29 +57,29 @@ def check_messages(messages: Any, name: str = "prompt") -> list[dict[str, str]]:
     the first bad message: the list must be non-empty, every message a dict with exactly the keys
     ``role`` (one of ROLES) and ``content`` (valid Unicode text)."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        raise TypeError(
+        raise InvalidArgumentType(
             f"{name} must be a list of chat messages ({{'role', 'content'}} dicts), "
             f"got {type(messages).__name__}"
         )
     if len(messages) == 0:
-        raise ValueError(f"{name} is an empty list of chat messages; give at least one message")
+        raise InvalidArgument(f"{name} is an empty list of chat messages; give at least one message")
     out = []
     for k, m in enumerate(messages):
         where = f"{name}[{k}]"
         if not isinstance(m, Mapping):
-            raise TypeError(
+            raise InvalidArgumentType(
                 f"{where} must be a chat message, a dict with 'role' and 'content', "
                 f"got {type(m).__name__}"
             )
         missing = [key for key in ("role", "content") if key not in m]
         if missing:
-            raise ValueError(f"{where} has no {' and no '.join(repr(key) for key in missing)}")
+            raise InvalidArgument(f"{where} has no {' and no '.join(repr(key) for key in missing)}")
         extra = sorted(map(str, set(m) - {"role", "content"}))
         if extra:
-            raise ValueError(f"{where} has keys other than 'role' and 'content': {extra}")
+            raise InvalidArgument(f"{where} has keys other than 'role' and 'content': {extra}")
         role = check_text(m["role"], f"{where}['role']")
         if role not in ROLES:
-            raise ValueError(f"{where} has role {role!r}; a role is one of {', '.join(ROLES)}")
+            raise InvalidArgument(f"{where} has role {role!r}; a role is one of {', '.join(ROLES)}")
         out.append({"role": role, "content": check_text(m["content"], f"{where}['content']")})
     return out
 
@@ -93,18 +94,18 @@ def prompt_kind(prompt: Any, name: str = "prompt") -> str:
         return "text"
     if isinstance(prompt, (bytes, bytearray, Mapping)) or not isinstance(prompt, (Sequence, np.ndarray)):
         hint = " (decode bytes to str first)" if isinstance(prompt, (bytes, bytearray)) else ""
-        raise TypeError(f"{name} must be a string, got {type(prompt).__name__}{hint}; {_KINDS}")
+        raise InvalidArgumentType(f"{name} must be a string, got {type(prompt).__name__}{hint}; {_KINDS}")
     items = list(prompt)
     if items and isinstance(items[0], Mapping):
         check_messages(items, name)
         return "messages"
     for k, i in enumerate(items):
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise TypeError(
+            raise InvalidArgumentType(
                 f"{name}[{k}] is a {type(i).__name__}; token ids must be integers ({_KINDS})"
             )
         if i < 0:
-            raise ValueError(f"{name}[{k}] = {int(i)} is a negative token id")
+            raise InvalidArgument(f"{name}[{k}] = {int(i)} is a negative token id")
     return "ids"
 
 
@@ -130,7 +131,7 @@ def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> li
     ids fall outside [0, |vocab|) or the prompt alone fills the LM's ``max_context``.
     """
     if chat is not None and not isinstance(chat, bool):
-        raise TypeError(f"chat must be True, False or None, got {chat!r}")
+        raise InvalidArgumentType(f"chat must be True, False or None, got {chat!r}")
     kind = prompt_kind(prompt)
     # a backend that has encode_chat but does not say is_chat is taken to have a template
     has_template = hasattr(lm, "encode_chat") and bool(getattr(lm, "is_chat", True))
@@ -141,22 +142,22 @@ def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> li
         elif has_template:
             ids = list(lm.encode_chat(prompt))
         else:
-            raise ValueError(f"chat=True but the LM ({type(lm).__name__}) has no chat template")
+            raise InvalidArgument(f"chat=True but the LM ({type(lm).__name__}) has no chat template")
     elif kind == "messages":
         if chat is False:
-            raise ValueError(
+            raise InvalidArgument(
                 "chat=False applies to text prompts; chat messages always go through the chat "
                 "template (pass a string to use the model without one)"
             )
         if not has_template:
-            raise ValueError(
+            raise InvalidArgument(
                 f"the prompt is a list of chat messages but the LM ({type(lm).__name__}) has no "
                 "chat template; pass the prompt as a string or as token ids"
             )
         ids = list(lm.encode_chat(check_messages(prompt)))
     else:
         if chat:
-            raise ValueError(
+            raise InvalidArgument(
                 "chat=True applies to text prompts; token ids are used as given (apply the "
                 "template before encoding, or pass text or chat messages)"
             )
@@ -164,12 +165,12 @@ def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> li
         n = len(lm.vocab)
         bad = [i for i in ids if i >= n]
         if bad:
-            raise ValueError(f"prompt has token ids outside [0, {n}): {bad[:5]}")
+            raise InvalidArgument(f"prompt has token ids outside [0, {n}): {bad[:5]}")
         if not ids:
             _check_empty_ok(lm)
     limit = getattr(lm, "max_context", None)
     if limit is not None and len(ids) >= limit:
-        raise ValueError(
+        raise InvalidArgument(
             f"the prompt is {len(ids)} tokens, longer than the model's context of {limit} tokens"
         )
     return ids
@@ -183,7 +184,7 @@ def _check_empty_ok(lm: LMBackend) -> None:
     try:
         check((), allow_empty=False)
     except ValueError:
-        raise ValueError(
+        raise InvalidArgument(
             "the prompt is an empty list (no chat messages, no token ids), and this model needs "
             "at least one token of context; give text, at least one chat message, or token ids"
         ) from None
@@ -201,7 +202,7 @@ def chat_messages(
         messages = check_messages(prompt, "messages")
     if system is not None:
         if messages[0]["role"] == "system":
-            raise ValueError("system is given but the messages already start with a system turn")
+            raise InvalidArgument("system is given but the messages already start with a system turn")
         messages.insert(0, {"role": "system", "content": check_text(system, "system")})
     return messages
 
@@ -219,7 +220,7 @@ class TokenizerPrompts:
     def encode(self, text: str) -> list[int]:
         """Token ids of plain ``text`` (no chat template); BOS only if the tokenizer adds one."""
         if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+            raise InvalidArgumentType(f"text must be a str, got {type(text).__name__}")
         return list(self.tokenizer(text)["input_ids"])
 
     def encode_chat(
@@ -235,7 +236,7 @@ class TokenizerPrompts:
                 with one).
         """
         if not self.is_chat:
-            raise ValueError("this tokenizer has no chat template; use encode(text)")
+            raise InvalidArgument("this tokenizer has no chat template; use encode(text)")
         messages = chat_messages(prompt, system)
         prefill = messages[-1]["role"] == "assistant"
         try:
@@ -245,7 +246,7 @@ class TokenizerPrompts:
             )
         except Exception as e:  # noqa: BLE001 - a template's own refusal (jinja2 TemplateError, ...)
             roles = ", ".join(m["role"] for m in messages)
-            raise ValueError(
+            raise InvalidArgument(
                 f"the model's chat template rejects these messages (roles: {roles}): {e}"
             ) from e
         return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])

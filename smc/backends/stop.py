@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from smc.backends.base import LMBackend, check_backend
+from smc.core.errors import InvalidArgument, InvalidArgumentType
 
 
 class WithEOS:
@@ -50,22 +51,22 @@ def with_eos(lm: LMBackend, containing: Iterable[str | bytes]) -> WithEOS:
     """
     check_backend(lm)
     if isinstance(containing, (str, bytes)):
-        raise TypeError(f"containing must be a list of texts, e.g. [{containing!r}], not a single text")
+        raise InvalidArgumentType(f"containing must be a list of texts, e.g. [{containing!r}], not a single text")
     needles = []
     for s in containing:
         if not isinstance(s, (str, bytes)):
-            raise TypeError(f"containing holds {s!r}; it must hold str or bytes")
+            raise InvalidArgumentType(f"containing holds {s!r}; it must hold str or bytes")
         b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
         if not b:
-            raise ValueError("containing holds an empty text, which every token contains")
+            raise InvalidArgument("containing holds an empty text, which every token contains")
         needles.append(b)
     if not needles:
-        raise ValueError("containing is empty: name at least one text, e.g. ['\\n']")
+        raise InvalidArgument("containing is empty: name at least one text, e.g. ['\\n']")
     vocab = [bytes(v) for v in lm.vocab]
     found = {}
     for b in needles:
         ids = [i for i, v in enumerate(vocab) if b in v]
         if not ids:
-            raise ValueError(f"no token of the vocabulary contains {b!r}")
+            raise InvalidArgument(f"no token of the vocabulary contains {b!r}")
         found[b] = ids
     return WithEOS(lm, (i for ids in found.values() for i in ids))

@@ -9,6 +9,7 @@ import torch
 
 from smc.backends.base import AsyncLM, new_counters
 from smc.backends.prompts import chat_messages
+from smc.core.errors import InvalidArgument, InvalidArgumentType
 
 NextTokenProbs = Callable[[tuple[int, ...]], Sequence[float]]
 #: renders a conversation (checked ``{"role", "content"}`` messages) as the text the model reads
@@ -43,14 +44,14 @@ class ToyLM(AsyncLM):
         chat_template: ChatTemplate | None = None,
     ):
         if chat_template is not None and not callable(chat_template):
-            raise TypeError(
+            raise InvalidArgumentType(
                 f"chat_template must be a function of the messages, got {type(chat_template).__name__}"
             )
         self.chat_template = chat_template
         self.vocab = [v.encode() if isinstance(v, str) else bytes(v) for v in vocab]
         eos_b = eos.encode() if isinstance(eos, str) else bytes(eos)
         if eos_b not in self.vocab:
-            raise ValueError(f"EOS token {eos_b!r} is not in the vocabulary")
+            raise InvalidArgument(f"EOS token {eos_b!r} is not in the vocabulary")
         self.eos_token_ids = [i for i, v in enumerate(self.vocab) if v == eos_b][:1]
         if callable(next_token_probs):
             self._probs = next_token_probs
@@ -77,10 +78,10 @@ class ToyLM(AsyncLM):
     ) -> list[int]:
         """``encode(chat_template(messages))`` for the conversation ``chat_messages(prompt, system)``."""
         if self.chat_template is None:
-            raise ValueError("this ToyLM has no chat template; use encode(text)")
+            raise InvalidArgument("this ToyLM has no chat template; use encode(text)")
         text = self.chat_template(chat_messages(prompt, system))
         if not isinstance(text, str):
-            raise TypeError(f"chat_template must return a str, got {type(text).__name__}")
+            raise InvalidArgumentType(f"chat_template must return a str, got {type(text).__name__}")
         return self.encode(text)
 
     def encode(self, text: str) -> list[int]:
@@ -98,7 +99,7 @@ class ToyLM(AsyncLM):
                     pos += len(self.vocab[i])
                     break
             else:
-                raise ValueError(f"cannot tokenize {text!r}: no token matches at byte {pos}")
+                raise InvalidArgument(f"cannot tokenize {text!r}: no token matches at byte {pos}")
         return ids
 
     def check_ids(self, ids: Sequence[int], *, allow_empty: bool = True) -> tuple[int, ...]:
@@ -110,11 +111,11 @@ class ToyLM(AsyncLM):
         ids = self.check_ids(ids)
         p = [float(x) for x in self._probs(ids)]
         if len(p) != len(self.vocab):
-            raise ValueError(
+            raise InvalidArgument(
                 f"next_token_probs{ids} has {len(p)} entries for a vocabulary of {len(self.vocab)}"
             )
         if any(x < 0 or math.isnan(x) for x in p) or abs(sum(p) - 1.0) > 1e-6:
-            raise ValueError(f"next_token_probs{ids} is not a probability vector: {p}")
+            raise InvalidArgument(f"next_token_probs{ids} is not a probability vector: {p}")
         return p
 
     async def _next_token_logprobs(self, ids: tuple[int, ...]) -> torch.Tensor:

@@ -94,7 +94,7 @@ def test_a_constraint_without_completions_gets_no_twist():
     assert target_potential(Regex(r"[ab]+"), LM, 1.0).__class__.__name__ == "Lifted"
     assert isinstance(target_potential(SQUARE, LM, 1.0), Lookahead)
     assert target_potential(SQUARE, LM, 0.0).__class__.__name__ == "Lifted"
-    assert target_potential(SQUARE, LM, None).rate == 1.0  # None: the default rate
+    assert smc.Request("", SQUARE).lookahead == 1.0  # None: the default rate, resolved by the Request
 
 
 @pytest.mark.parametrize("rate", [0, -1.0, math.inf, math.nan, True])
