@@ -212,7 +212,7 @@ def summarize(records: list[dict]) -> str:
     for r in records:
         if r["method"].startswith("masking") and not r["empty"]:
             masking_done[r["N"]].add((r["task"], r["seed"]))
-    def group(r: dict) -> str:  # the Ada task is reported on its own
+    def group(r: dict) -> str:  # the Ada persona task is reported on its own
         return "ada" if r["task"] == "ada" else r["family"]
 
     families = sorted({group(r) for r in records})
