@@ -15,7 +15,7 @@ this repository, read from ``--corpus``):
 and prints: compile errors, fallback count, patterns with no finished sample, timeouts, the
 weighted accuracy (mean score), median and max seconds per pattern, and the failures per class
 (the first feature that sends a pattern to the fallback). The prompt is genlm-eval's system
-prompt and three few-shot pairs as plain text (chat=False, as the issue's measurement did).
+prompt and three few-shot pairs as plain text (chat=False, as genlm-eval's own runs give it).
 
 With ``--newline-eos`` every token containing a newline also ends the text
 (``smc.with_eos(lm, ["\n"])``), as genlm-eval's pattern-matching model adaptor does: a different

@@ -10,7 +10,7 @@ For each registered potential and each prefix length L (bytes of text already ge
               mask for this DFA state already computed, as when particles share a state)
     cold      the same for a fresh lifted potential: the whole vocabulary-trie walk
 
-and the ratio of the L = 2,000 cost to the L = 10 cost (the issue asks for check <= 2x). Each
+and the ratio of the L = 2,000 cost to the L = 10 cost (the target: check <= 2x). Each
 figure is the best of ``--repeats`` runs. ``prefix(ctx + (t,))`` also hashes the context tuple
 (about 12 ns per token of context), which no tuple-keyed cache can avoid; samplers use
 logw_subset / logw_next, which look the context up once per step.

@@ -17,7 +17,7 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     SAMPLER[:WS][:budget[=RATE]][:islands=K]
                          SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
-                         grammar tasks), and with ``budget`` the smc.engine.critics.BudgetTwist critic
+                         grammar tasks), and with ``budget`` the smc.engine.critics.BudgetCritic critic
                          (rate RATE, default 1); ``islands=K``: smc.generate(islands=K)
                          (default: generate's own default; ``islands=1`` is plain SMC)
 
@@ -32,7 +32,9 @@ did.
 
 A run's records go to --jsonl as they finish (one JSON object per run); runs already in that
 file are not repeated (resume), and ``--summarize FILE...`` prints the tables of saved records
-without running anything. ``--export FILE`` writes the selected JSON tasks for
+without running anything (a FILE that does not exist as given is looked up in benchmarks/data/,
+where the recorded runs cited in benchmarks/RESULTS.md are kept: ``--summarize
+quality_runs_json_n16.jsonl``). ``--export FILE`` writes the selected JSON tasks for
 ``benchmarks/peer_genlm_control.py`` (genlm-control on the same prompt ids, in its own venv),
 whose records ``--summarize`` reads beside these.
 """
@@ -50,8 +52,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import bootstrap
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data"  # the recorded runs that benchmarks/RESULTS.md cites
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -114,10 +118,10 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
         return rec
     critic = None
     if m["critic"] is not None:
-        from smc.engine.critics import BudgetCritic as BudgetTwist
+        from smc.engine.critics import BudgetCritic
 
         _, _, rate = m["critic"].partition("=")
-        critic = BudgetTwist(rate=float(rate or 1.0))
+        critic = BudgetCritic(rate=float(rate or 1.0))
     r = smc.generate(task.prompt, constraint_for(task, m["whitespace"]), lm=lm, particles=n,
                      max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
                      ess_threshold=ess_threshold, progress=False, critic=critic, islands=m["islands"])
@@ -177,15 +181,24 @@ def export_tasks(lm, tasks: list[qt.Task], path: str) -> None:
 
 # ---------------------------------------------------------------------------- summary
 def bootstrap_ci(x: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean of x."""
+    """95% percentile bootstrap interval of the mean of x (``scipy.stats.bootstrap``).
+
+    ``reps`` resamples of the runs with replacement, drawn from ``np.random.default_rng(seed)``,
+    so the same records give the same interval. An empty x gives (nan, nan); a single run, which
+    scipy refuses to resample, gives the degenerate interval (x[0], x[0]) that resampling it
+    would give.
+    """
     if len(x) == 0:
         return (float("nan"), float("nan"))
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(reps, len(x)))].mean(axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+    if len(x) == 1:
+        return (float(x[0]), float(x[0]))
+    res = bootstrap((x,), np.mean, n_resamples=reps, confidence_level=0.95, method="percentile",
+                    vectorized=True, rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def fmt(x: np.ndarray, digits: int = 2) -> str:
+    """The mean of x and its 95% bootstrap interval, e.g. ``0.70 [0.64, 0.75]`` ("-" when empty)."""
     if len(x) == 0:
         return "-"
     lo, hi = bootstrap_ci(x)
@@ -199,7 +212,7 @@ def summarize(records: list[dict]) -> str:
     for r in records:
         if r["method"].startswith("masking") and not r["empty"]:
             masking_done[r["N"]].add((r["task"], r["seed"]))
-    def group(r: dict) -> str:  # the issue's Ada task is reported on its own
+    def group(r: dict) -> str:  # the Ada persona task is reported on its own
         return "ada" if r["task"] == "ada" else r["family"]
 
     families = sorted({group(r) for r in records})
@@ -268,7 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     if args.summarize:
-        records = [json.loads(ln) for f in args.summarize for ln in Path(f).read_text().splitlines() if ln.strip()]
+        paths = [Path(f) if Path(f).exists() else DATA / f for f in args.summarize]
+        records = [json.loads(ln) for p in paths for ln in p.read_text().splitlines() if ln.strip()]
         print(summarize(records))
         return
     # with no task selection at all (as `make bench` runs it): the first 3 tasks of each family

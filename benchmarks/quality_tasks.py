@@ -219,7 +219,7 @@ FAMILIES = ("json", "regex", "grammar")
 
 
 def select(names: str | None = None, families: str | None = None, limit: int | None = None) -> list[Task]:
-    """Tasks by comma-separated names (in that order; "ada" is the issue's Ada task, not in
+    """Tasks by comma-separated names (in that order; "ada" is the Ada persona task, not in
     TASKS) and/or families (all of TASKS by default), the first ``limit`` of each family.
     ValueError for an unknown name or family."""
     by_name = {t.name: t for t in [*TASKS, ADA]}
@@ -349,7 +349,7 @@ def gold_text(task: Task) -> str:
     return ", ".join(task.gold)
 
 
-#: The issue's task: "Describe a person named Ada, aged 36, ..." with three required fields, 48
+#: The Ada persona task: "Describe a person named Ada, aged 36, ..." with three required fields, 48
 #: tokens. Scored on the two fields the prompt fixes (name and age); hobbies are free.
 ADA = Task(
     "ada", "json", "Describe a person named Ada, aged 36, who likes math and music, as JSON.",

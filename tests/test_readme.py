@@ -1,6 +1,7 @@
-"""The README's commands, run as tests: its ```python tour blocks (in order, one namespace) and
-every `python -m smc ...` line of its ```sh blocks. Blocks without a language tag (loading other
-models, vLLM) need the network or a GPU and are not run here."""
+"""The README's commands, run as tests: its ```python blocks (in order, one namespace) and every
+`python -m smc ...` line of its ```sh blocks; and the ```python blocks of docs/usage.md, the page
+the README sends readers to for the rest of the API. Blocks without a language tag (loading other
+models, vLLM: docs/backends.md) need the network or a GPU and are not run here."""
 
 import json
 import os
@@ -14,11 +15,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-BLOCKS = re.findall(r"^```(\w*)\n(.*?)^```", README, re.M | re.S)
+USAGE = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
 
 
-def blocks(lang: str) -> list[str]:
-    return [body for tag, body in BLOCKS if tag == lang]
+def blocks(lang: str, text: str = README) -> list[str]:
+    """The bodies of the fenced blocks of ``text`` tagged ``lang``, in order."""
+    return [body for tag, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.M | re.S) if tag == lang]
 
 
 def cli_lines() -> list[str]:
@@ -66,21 +68,33 @@ def test_cli_generate_commands():
             assert finished and all(re.fullmatch(pattern, t) for t in finished)
 
 
-@pytest.mark.slow
-def test_python_tour_runs(tmp_path):
-    """The ```python blocks, in order, as one script in a fresh interpreter (as a reader runs them)."""
+def run_python_blocks(text: str, tmp_path: Path) -> list[str]:
+    """The ```python blocks of ``text``, in order, as one script in a fresh interpreter (as a
+    reader runs them) in ``tmp_path``; returns its stdout lines."""
     script = tmp_path / "tour.py"
-    script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + "\n".join(blocks("python")))
+    script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + "\n".join(blocks("python", text)))
     # one torch thread: two spinning BLAS threads per process slow a busy 2-core machine severalfold
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
                          timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
+    return out.stdout.splitlines()
+
+
+@pytest.mark.slow
+def test_python_tour_runs(tmp_path):
+    lines = run_python_blocks(README, tmp_path)
     assert re.match(r"[0-9]{3}-[0-9]{3}-[0-9]{4} ", lines[0])               # the phone number
-    assert re.fullmatch(r"[0-9]{1,3}( \+ [0-9]{1,3})*", lines[1])              # the grammar's sum
-    rest = "\n".join(lines[2:])
+    rest = "\n".join(lines[1:])
     person, end = json.JSONDecoder().raw_decode(rest)  # the JSON document (may span lines)
     assert set(person) == {"name", "age"} and 0 <= person["age"] <= 120
-    assert rest[end:].split() == ["True"]                                    # AtMostDigits
-    assert (tmp_path / "run.html").stat().st_size > 1000
+    assert rest[end:].split() == []
+
+
+@pytest.mark.slow
+def test_usage_examples_run(tmp_path):
+    assert blocks("python", USAGE)
+    lines = run_python_blocks(USAGE, tmp_path)
+    assert re.fullmatch(r"[0-9]{1,3}( \+ [0-9]{1,3})*", lines[0])              # the grammar's sum
+    assert lines[1:] == ["True"]                                             # AtMostDigits
+    assert (tmp_path / "run.html").stat().st_size > 1000                     # the program's genealogy page
