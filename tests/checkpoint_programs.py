@@ -1,4 +1,4 @@
-"""A toy LM and a program for tests/smc/test_checkpoint.py, in a module of their own so that a child
+"""A toy LM and a program for tests/smc/engine/test_checkpoint.py, in a module of their own so that a child
 process imports them under the same name (a checkpoint names a program's class by its module)."""
 
 from __future__ import annotations

@@ -169,6 +169,8 @@ class Request:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__.__get__(self)
+        #: the fields left to their defaults (None), resolved below; ``replace`` resolves them again
+        set_("defaulted", frozenset(k for k in RESOLVED if getattr(self, k) is None))
         prompt_kind(self.prompt)
         constraint = self.constraint
         if constraint is not None and not isinstance(constraint, Potential):
@@ -288,9 +290,13 @@ class Request:
         """A copy with ``changes`` applied, validated again."""
         if "constraint" in changes:
             changes.setdefault("constraint_json", None)
+        for name in self.defaulted - changes.keys():
+            changes[name] = None
         return dataclasses.replace(self, **changes)
 
 
+#: the fields whose default depends on others (None: resolved when the Request is built)
+RESOLVED = ("islands", "lookahead", "n_beam")
 #: the fields a request's JSON form may hold
 JSON_FIELDS = ("prompt", "constraint", "model", "particles", "max_tokens", "seed", "sampler",
                "sampler_options", "ess_threshold", "resampling", "islands", "finish_share",

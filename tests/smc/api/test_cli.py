@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from smc.api import cli
-from tests.smc.test_generate import toy
+from tests.smc.api.test_generate import toy
 
 
 @pytest.fixture

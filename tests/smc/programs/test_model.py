@@ -10,7 +10,7 @@ from smc.engine import smc
 from smc.programs.distributions import Bernoulli, Categorical
 from smc.programs.context import LMContext
 from smc.programs.model import Model
-from tests.smc.test_engine import LMS, PREDICATE, phi_complete
+from tests.smc.engine.test_loop import LMS, PREDICATE, phi_complete
 from tests.toy_problems import exact_target
 
 EOS = 2

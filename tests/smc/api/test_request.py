@@ -1,0 +1,149 @@
+"""``smc.Request``: one validated value per generation, its defaults, its JSON form, and the
+entry points that build it (generate, the CLI, checkpoints)."""
+
+import dataclasses
+import json
+
+import pytest
+
+import smc
+from potentials import JSONSchema, Predicate, Regex
+from smc.api.request import JSON_FIELDS, SETTINGS, Request, constraint_from_json
+from smc.core import defaults
+from smc.engine.checkpoint import read_header
+from tests.smc.api.test_generate import toy
+
+
+def test_defaults_are_resolved_once_from_the_defaults_module():
+    r = Request("hi", Regex("[0-9]+"))
+    assert (r.particles, r.max_tokens, r.seed, r.sampler) == (
+        defaults.PARTICLES, defaults.MAX_TOKENS, defaults.SEED, defaults.SAMPLER)
+    assert (r.ess_threshold, r.resampling, r.finish_share) == (
+        defaults.ESS_THRESHOLD, defaults.RESAMPLING, defaults.FINISH_SHARE)
+    assert r.islands == defaults.islands_for(defaults.PARTICLES) == 4
+    assert r.lookahead == defaults.LOOKAHEAD  # a byte-level constraint in an SMC run
+    assert Request("hi").lookahead == 0.0 and Request("hi", particles=8).islands == 1
+    assert Request("hi", Regex("a"), method="beam").lookahead == 0.0
+    assert Request("hi", method="steer").n_beam == defaults.N_BEAM
+    assert r.sampler_options == {"max_checks": 64, "max_draws": 256, "early_fallback": 8}
+
+
+def test_a_request_is_frozen_and_replace_validates_again():
+    r = Request("hi", particles=8)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.particles = 4
+    assert r.replace(particles=16).islands == 4  # a default is resolved again
+    assert r.replace(islands=2).replace(particles=16).islands == 2  # a given value is kept
+    with pytest.raises(smc.InvalidArgument, match="islands=3 must divide particles=8"):
+        r.replace(islands=3)
+
+
+@pytest.mark.parametrize("fields, exc, msg", [
+    (dict(particles=0), ValueError, "particles must be an integer >= 1"),
+    (dict(max_tokens=2.5), ValueError, "max_tokens must be an integer >= 1"),
+    (dict(sampler="fast"), ValueError, "unknown sampler 'fast'"),
+    (dict(sampler_options={"max_tries": 3}), ValueError, "unknown option 'max_tries' of the AWRSSampler"),
+    (dict(sampler_options={"max_checks": -1}), ValueError, "max_checks must be an integer >= 0"),
+    (dict(sampler="direct", sampler_options={"max_checks": 3}), ValueError, "its options: none"),
+    (dict(method="greedy"), ValueError, "method must be one of"),
+    (dict(n_beam=2), ValueError, "n_beam is only used by method='steer'"),
+    (dict(islands=2, method="beam"), ValueError, "islands is for method='smc' runs"),
+    (dict(finish_share=1.0), ValueError, "finish_share must be in [0, 1)"),
+    (dict(lookahead=float("nan")), ValueError, "lookahead must be a finite number >= 0"),
+    (dict(critic=3), TypeError, "critic must be a function"),
+    (dict(chat="yes"), TypeError, "chat must be True, False or None"),
+    (dict(model=3), TypeError, "model must be a string"),
+    (dict(constraint={"regex": "a", "grammar": "b"}), ValueError, "exactly one kind"),
+    (dict(constraint={"xml": "a"}), ValueError, "unknown constraint kind 'xml'"),
+    (dict(constraint={"choice": []}), ValueError, "non-empty list of strings"),
+    (dict(constraint={"json_schema": "{not json"}), ValueError, "not valid JSON"),
+])
+def test_each_bad_field_is_one_clear_error_of_the_library(fields, exc, msg):
+    with pytest.raises(exc, match=None) as info:
+        Request("hi", **fields)
+    assert msg in str(info.value)
+    assert isinstance(info.value, smc.SmcSteerError)
+
+
+def test_json_round_trip_with_every_constraint_kind():
+    for spec in [{"regex": "[0-9]{3}"}, {"grammar": 'start: "a" | "b"'},
+                 {"json_schema": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+                 {"json_object": True}, {"choice": ["yes", "no", "a.b"]}, None]:
+        r = Request.from_json({"prompt": "hi", "constraint": spec, "particles": 8, "seed": 3,
+                               "sampler_options": {"max_checks": 5}})
+        out = r.to_json()
+        assert out["constraint"] == spec and "python_only" not in out
+        again = Request.from_json(json.dumps(out))
+        assert again.to_json() == out
+        assert set(out) == set(JSON_FIELDS)
+
+
+async def test_json_constraints_mean_what_they_say():
+    choice = constraint_from_json({"choice": ["yes", "no", "a.b"]})
+    assert [await choice.complete(s) for s in (b"yes", b"no", b"a.b", b"axb", b"ye")] == [0.0, 0.0, 0.0, -float("inf"), -float("inf")]
+    obj = constraint_from_json({"json_object": True})
+    assert await obj.complete(b'{"x": [1]}') == 0.0 and await obj.complete(b"[1]") == -float("inf")
+
+
+def test_python_only_parts_are_named_not_written():
+    r = Request("hi", Predicate(lambda s: True), critic=lambda p: 0.0)
+    out = r.to_json()
+    assert out["python_only"] == ["constraint", "critic"] and "constraint" not in out
+    with pytest.raises(smc.InvalidArgument, match="unknown request field 'critic' \\(it can only be set in Python\\)"):
+        Request.from_json({"prompt": "hi", "critic": None})
+    with pytest.raises(smc.InvalidArgument, match="the request has no prompt"):
+        Request.from_json({"particles": 4})
+    with pytest.raises(smc.InvalidArgument, match="not valid JSON"):
+        Request.from_json("{")
+
+
+def test_generate_takes_a_request_or_its_fields_and_gives_the_same_result():
+    kw = dict(particles=4, max_tokens=5, seed=2)
+    a = smc.generate("", Regex("[12]+"), lm=toy(), progress=False, **kw)
+    b = smc.generate(Request("", Regex("[12]+"), **kw), lm=toy(), progress=False)
+    c = smc.generate("", {"regex": "[12]+"}, lm=toy(), progress=False, **kw)
+    assert a.samples == b.samples == c.samples and a.log_ml == b.log_ml == c.log_ml
+    with pytest.raises(smc.InvalidArgument, match="give either a Request or its fields"):
+        smc.generate(Request(""), particles=4, lm=toy())
+    with pytest.raises(TypeError, match="unknown setting 'particle'"):
+        smc.generate("", particle=4, lm=toy())
+    assert set(SETTINGS) >= {"particles", "sampler_options", "critic", "checkpoint"}
+
+
+def test_awrs_options_reach_the_sampler():
+    """max_checks=0 sends every AWRS step to its exact fallback: the stats say so."""
+    kw = dict(lm=toy(), particles=4, max_tokens=4, seed=1, progress=False)
+    plain = smc.generate("", Regex("[12]+"), **kw)
+    forced = smc.generate("", Regex("[12]+"), sampler_options={"max_checks": 0}, **kw)
+    fallbacks = lambda r: sum(d.get("fallbacks", 0) for d in r.stats["samplers"].values())  # noqa: E731
+    assert fallbacks(forced) > fallbacks(plain)
+
+
+def test_a_checkpoint_holds_the_request_and_resumes_from_it(tmp_path):
+    path = tmp_path / "run.ckpt"
+    kw = dict(lm=toy(), particles=4, max_tokens=5, seed=4, progress=False)
+    full = smc.generate("", {"regex": "[12a-]*"}, sampler_options={"max_checks": 3}, **kw)
+    smc.generate("", {"regex": "[12a-]*"}, sampler_options={"max_checks": 3}, checkpoint=path, **kw)
+    header = read_header(path)
+    assert header["program"]["request"]["sampler_options"]["max_checks"] == 3
+    assert header["program"]["request"]["constraint"] == {"regex": "[12a-]*"}
+    again = smc.resume(path, lm=toy(), progress=False)
+    assert again.samples == full.samples and again.log_ml == full.log_ml
+
+
+def test_a_checkpoint_of_the_previous_format_is_refused_naming_it(tmp_path):
+    path = tmp_path / "old.ckpt"
+    smc.generate("", Regex("[12]+"), lm=toy(), particles=2, max_tokens=3, checkpoint=path, progress=False)
+    data = path.read_bytes()
+    marker, header, rest = data.split(b"\n", 2)
+    old = json.loads(header)
+    old.update(format_version=1, smc_steer="0.1.0")
+    path.write_bytes(marker + b"\n" + json.dumps(old).encode() + b"\n" + rest)
+    with pytest.raises(smc.CheckpointError, match=r"smc-steer 0\.1\.0 \(checkpoint format 1\)"):
+        smc.resume(path, lm=toy())
+
+
+def test_json_schema_constraint_parses_results():
+    r = smc.generate("", {"json_schema": {"type": "boolean"}}, lm=toy(), particles=2, max_tokens=3,
+                     progress=False)
+    assert isinstance(r.constraint, JSONSchema)
