@@ -144,10 +144,10 @@ async def smc(
         await run_all(p.start() for p in run.pop)
     if writer is not None:
         writer.write(run, time.perf_counter() - t0)
-    return await advance(run, counters, critic=critic, progress=progress, writer=writer, t0=t0)
+    return await run_steps(run, counters, critic=critic, progress=progress, writer=writer, t0=t0)
 
 
-async def advance(
+async def run_steps(
     run: Run,
     counters: RunCounters,
     *,
@@ -272,7 +272,7 @@ async def aresume_run(
     target = path if checkpoint is SAME_FILE else checkpoint
     if target is not None:
         writer = CheckpointWriter(target, header["program"], program_bytes)
-    result = await advance(run, RunCounters(), critic=critic, progress=progress, writer=writer)
+    result = await run_steps(run, RunCounters(), critic=critic, progress=progress, writer=writer)
     return result, header
 
 
