@@ -264,7 +264,7 @@ class BytePotential(Potential, Generic[S]):
             L_k(w)  iff  for some alternative, a.walk(q, w) is not None for every (a, q) in it
 
         (``a.walk(q, w)``: the state after the bytes w, None once no continuation can match,
-        as ``potentials.fsm.ByteDFA.walk``). Lifting then walks the plain tokens through
+        as ``potentials.regex.automaton.ByteDFA.walk``). Lifting then walks the plain tokens through
         those automata alone, instead of through ``advance``. Default: None.
         """
         return None

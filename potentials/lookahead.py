@@ -6,7 +6,7 @@ is left to find a copy by chance. ``Lookahead`` charges each token for the bytes
 a short completion of the text so far:
 
     y(x)        a short completion of x: bytes with x y accepted (``BytePotential.completion``;
-                for a pattern with backreferences, potentials.regex_completion's shortest),
+                for a pattern with backreferences, potentials.regex.completion's shortest),
     g(x, a)     = 0                                  if a is a prefix of y(x),
                 = -rate * (|a| - d + D_d(x))         else, d = lcp(a, y(x)) (common prefix),
                 = -rate * |a|                        where y(x) is not known,

@@ -156,7 +156,7 @@ class Result:
 
     def _json_schema(self) -> Any:
         """The run's one JSONSchema factor (see ``parsed``)."""
-        from potentials.json_schema import JSONSchema
+        from potentials.json import JSONSchema
         from potentials.lift import Lifted
         from potentials.product import ByteProduct, Product
 

@@ -8,7 +8,7 @@ from potentials.testing import PotentialContract
 
 from potentials.base import NEG_INF, BytePotential
 from potentials.lift import Lifted, VocabTrie
-from potentials.json_schema import JSONSchema
+from potentials.json import JSONSchema
 from potentials.regex import Regex
 from smc.backends.toy import ToyLM
 
@@ -564,7 +564,7 @@ def test_char_table_walk_is_the_same_whether_levels_are_arrays_or_nodes(monkeypa
     whole) and the sparse deep levels node by node (``CharTrie.deep``); wherever the cuts
     fall, L_k is the byte walk's."""
     import potentials.lift as lift_module
-    from potentials.fsm import compile_regex
+    from potentials.regex.automaton import compile_regex
 
     monkeypatch.setattr(lift_module, "DEEP_LEVEL", deep_level)
     monkeypatch.setattr(lift_module, "SPARSE_SHARE", sparse_share)

@@ -8,7 +8,7 @@ from potentials.testing import MaskKeyContract, PlainTextBudgetContract, Potenti
 from tests.potentials.test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_lm
 
 from potentials.base import NEG_INF, BytePotential
-from potentials.json_schema import JSONSchema
+from potentials.json import JSONSchema
 from potentials.predicate import Predicate
 from potentials.product import ByteProduct, Product
 from potentials.regex import Regex

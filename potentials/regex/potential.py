@@ -6,7 +6,7 @@
 ``fullmatch`` is Python ``re``'s where ``re`` accepts the pattern, else the ``regex`` package's
 (VERSION0 unless the pattern or ``flags`` ask for VERSION1); see ``docs/constraints/regex.md``.
 
-Patterns that ``potentials.fsm`` compiles run on a byte automaton: the state is an int, advancing
+Patterns that ``potentials.regex.automaton`` compiles run on a byte automaton: the state is an int, advancing
 costs O(1) per byte, and ``prefix`` is exact.
 
 Other patterns (backreferences, recursion, conditionals, lookarounds, atomic groups, ...) fall
@@ -19,7 +19,7 @@ incremental). With t the text of the complete characters and u an incomplete las
 
 so a fully matching text is extended by a partial character only if some character after it can
 continue the match. ``regex``'s partial matching is permissive (a lookahead that reaches the end
-of the text makes any text "partial"), so two sound tests run first (``potentials.regex_relax``):
+of the text makes any text "partial"), so two sound tests run first (``potentials.regex.relax``):
 the text must be a live prefix of R(P), a regular superset of L(P) (lookarounds relaxed,
 backreferences read as their group's body, recursion as strings of the pattern's characters),
 and no extension-stable leading ``(?!C)`` may already match it. Either "dead" is final, so
@@ -42,9 +42,9 @@ from typing import Any, Hashable, Iterable, Sequence
 
 
 from potentials.base import NEG_INF, BytePotential
-from potentials.regex_chars import representatives
-from potentials.regex_completion import shortest_completion
-from potentials.fsm import (
+from potentials.regex.chars import representatives
+from potentials.regex.completion import shortest_completion
+from potentials.regex.automaton import (
     ByteDFA,
     InvalidRegex,
     UnsupportedRegex,
@@ -54,7 +54,7 @@ from potentials.fsm import (
     compile_regex,
     regex_package_compile,
 )
-from potentials.regex_relax import leading_negative_lookaheads, relaxed_automaton
+from potentials.regex.relax import leading_negative_lookaheads, relaxed_automaton
 
 #: default time budget (seconds) of one prefix or completion check in fallback mode
 DEFAULT_TIMEOUT = 1.0
@@ -110,7 +110,7 @@ class Regex(BytePotential):
             self.dfa = None
             self.fallback_reason = str(e)
             self._rx = regex_package_compile(pattern, self.flags)
-            # sound dead-prefix tests in front of the regex package (potentials.regex_relax)
+            # sound dead-prefix tests in front of the regex package (potentials.regex.relax)
             self.relaxed = relaxed_automaton(pattern, self.flags)
             self.negative_leads = leading_negative_lookaheads(pattern, self.flags)
             self._relaxed_at: dict[bytes, int] = {}
@@ -135,7 +135,7 @@ class Regex(BytePotential):
         return state if self.dfa is not None else None
 
     def completion(self, state: Any) -> bytes | None:
-        """On the fallback, the shortest completion that potentials.regex_completion finds for
+        """On the fallback, the shortest completion that potentials.regex.completion finds for
         the text (None past its budget, for syntax it does not search, or after an incomplete
         UTF-8 character); None on the automaton."""
         if self.dfa is not None:
@@ -205,7 +205,7 @@ class Regex(BytePotential):
 
     def _lead_kills(self, done: str) -> bool:
         """Some extension-stable leading (?!C) of the pattern already matches at the start of
-        ``done``, so no completion can match (potentials.regex_relax); False when out of time."""
+        ``done``, so no completion can match (potentials.regex.relax); False when out of time."""
         for rx in self.negative_leads:
             try:
                 if rx.match(done, timeout=self.timeout) is not None:
@@ -253,7 +253,7 @@ class Regex(BytePotential):
     def _tail_viable(self, done: str, tail: bytes, deadline: float) -> bool:
         # One representative per class of characters the pattern cannot tell apart, plus the
         # characters of ``done`` up to case (backreferences compare with them); see
-        # potentials.regex_chars. Without classes every character is tried. Out of time the
+        # potentials.regex.chars. Without classes every character is tried. Out of time the
         # prefix is kept, never dropped.
         lo, hi = _utf8_range(tuple(tail))
         reps = representatives(self.pattern, lo, hi)

@@ -28,7 +28,7 @@ import warnings
 
 import regex as regex_pkg
 
-from potentials.fsm import all_chars
+from potentials.regex.automaton import all_chars
 
 # character classes anchors and `.` consult, always among the atoms
 _BASE_ATOMS = [r"\w", r"(?a)\w", r"\d", r"\s", r"\n", r".", r"(?s).", r"\r"]

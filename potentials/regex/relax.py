@@ -44,7 +44,7 @@ import functools
 from typing import Any
 
 from potentials._compat import C, subtrees, tree_items
-from potentials.fsm import (
+from potentials.regex.automaton import (
     MAXCP,
     ByteDFA,
     InvalidRegex,
@@ -59,7 +59,7 @@ from potentials.fsm import (
 )
 
 #: a private-use code point standing for one character of the pattern's alphabet (recursion);
-#: potentials.regex_syntax allocates its placeholders from U+F0000 upwards, far below it
+#: potentials.regex.syntax allocates its placeholders from U+F0000 upwards, far below it
 RECURSION_MARK = 0xFFFFD
 _ANY = ((0, MAXCP),)
 
@@ -263,7 +263,7 @@ def _regex_set(item: str, flags: int) -> Intervals:
 
 def _tree(pattern: str, flags: int) -> tuple[Any, int, dict] | None:
     """(re parse tree, global flags, placeholders) of ``pattern``, through
-    potentials.regex_syntax for regex-only syntax; None when neither route parses it."""
+    potentials.regex.syntax for regex-only syntax; None when neither route parses it."""
     try:
         tree, gflags = parse_flags(pattern, flags)
         return tree, gflags, {}
@@ -277,7 +277,7 @@ def relaxed_automaton(pattern: str, flags: int = 0) -> ByteDFA | None:
 
     Args:
         pattern: a pattern the ``regex`` package compiles (the fallback's).
-        flags: ``re`` flags as checked by ``potentials.fsm.check_flags``.
+        flags: ``re`` flags as checked by ``potentials.regex.automaton.check_flags``.
     """
     import regex
 
@@ -362,7 +362,7 @@ def leading_negative_lookaheads(pattern: str, flags: int = 0) -> list:
 
 def _stable_body(body: str, flags: int):
     """regex.compile(body) when ``body`` parses with re and is extension-stable, else None."""
-    from potentials.fsm import regex_package_compile
+    from potentials.regex.automaton import regex_package_compile
 
     try:
         tree, _ = parse_flags(body, flags)

@@ -24,7 +24,7 @@ in O(1).
   L((?s:.*)B), read off B's automaton stepped along with the main one. B may not look past its
   own end (``$ \\Z \\b \\B``, lookarounds, backreferences): those stay unsupported.
 - ``regex``-package-only syntax (``\\p{..}``, VERSION1 set operations, ``(?<name>..)``): see
-  ``potentials.regex_syntax``; its character tests are computed by the ``regex`` package itself.
+  ``potentials.regex.syntax``; its character tests are computed by the ``regex`` package itself.
 - Case-insensitive sets are made exact by asking Python's ``re`` itself about every cased code
   point, so ``IGNORECASE`` agrees with ``re`` including its special folds (e.g. the Kelvin sign).
 - Lookaheads, backreferences, conditional groups, atomic groups and possessive repeats raise
@@ -216,7 +216,7 @@ class _NFA:
     def __init__(self, pattern: str = "", placeholders: dict[int, Intervals] | None = None,
                  lookaround: bool = False):
         self.pattern, self.allow_lookaround = pattern, lookaround
-        # private-use code points standing for character sets (potentials.regex_syntax)
+        # private-use code points standing for character sets (potentials.regex.syntax)
         self.placeholders = placeholders or {}
         self.eps: list[list[tuple[int | None, int]]] = []
         self.chars: list[list[tuple[int, int]]] = []
@@ -1208,9 +1208,9 @@ def compile_regex(pattern: str, flags: int = 0, *, lookaround: bool = False) -> 
 
 def parse_regex_package_syntax(pattern: str, flags: int) -> tuple[Any, int, dict[int, Intervals]] | None:
     """(parse tree, global flags, placeholder -> code-point set) of a pattern in the ``regex``
-    package's syntax, through its translation to ``re`` syntax (potentials.regex_syntax); None
+    package's syntax, through its translation to ``re`` syntax (potentials.regex.syntax); None
     when it has no translation."""
-    from potentials.regex_syntax import translate
+    from potentials.regex.syntax import translate
 
     got = translate(pattern, flags)
     if got is None:

@@ -30,7 +30,7 @@ import warnings
 
 import regex as regex_pkg
 
-from potentials.fsm import SUR_HI, SUR_LO, all_chars
+from potentials.regex.automaton import SUR_HI, SUR_LO, all_chars
 
 PUA_BASE = 0xF0000  # plane 15 private use: placeholders
 

@@ -28,14 +28,15 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from potentials.fsm import _utf8_len
+from potentials.regex.automaton import _utf8_len
 
 UNSEEN = -2
 SURROGATES = (0xD800, 0xDFFF)
 
 
 class TokenDFA:
-    """A terminal's byte automaton (a ``potentials.fsm.ByteDFA``) with lark's matching mode.
+    """A terminal's byte automaton (``potentials.regex.automaton.ByteDFA``) with lark's matching
+    mode.
 
     shortest: the terminal is read by its shortest match (lazy regexes); an accepting state
     then has no continuation.
