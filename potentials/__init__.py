@@ -25,7 +25,7 @@ _EXPORTS = {
     "Grammar": "potentials.grammar",
     "JSONSchema": "potentials.json",
     "Predicate": "potentials.predicate",
-    "Product": "potentials.product",
+    "Product": "potentials.base",
     "Lifted": "potentials.lift",
     "LMPotential": "potentials.lm",
 }
@@ -43,6 +43,7 @@ MOVED = {
     "potentials.json_drafts": "potentials.json.drafts",
     "potentials.json_patterns": "potentials.json.patterns",
     "potentials.earley": "potentials.grammar.earley",
+    "potentials.product": "potentials.base",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, BytePotential, Potential, is_plain_text, is_raw_text
+# the contract, not potentials.base: BytePotential.lift there builds a Lifted
+from potentials.contract import NEG_INF, ByteContract, Potential
+from potentials.text import is_plain_text, is_raw_text
 
 if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
     from smc.backends.base import LMBackend
@@ -346,8 +348,8 @@ class Lifted(Potential):
             evicted state is recomputed from its bytes, so eviction never changes results).
     """
 
-    def __init__(self, potential: BytePotential, lm: LMBackend, cache_size: int = 20_000):
-        if not isinstance(potential, BytePotential):
+    def __init__(self, potential: ByteContract, lm: LMBackend, cache_size: int = 20_000):
+        if not isinstance(potential, ByteContract):
             raise TypeError(f"Lifted needs a BytePotential, got {type(potential).__name__}")
         if cache_size < 1:
             raise ValueError(f"cache_size must be positive, got {cache_size}")

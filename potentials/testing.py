@@ -36,7 +36,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from potentials.base import NEG_INF, BytePotential, Potential, chars_begun, is_plain_text, is_raw_text
+from potentials.base import NEG_INF, BytePotential, Potential
+from potentials.text import chars_begun, is_plain_text, is_raw_text
 
 TOL = 1e-6
 

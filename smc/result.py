@@ -158,7 +158,7 @@ class Result:
         """The run's one JSONSchema factor (see ``parsed``)."""
         from potentials.json import JSONSchema
         from potentials.lift import Lifted
-        from potentials.product import ByteProduct, Product
+        from potentials.base import ByteProduct, Product
 
         found, todo = [], [self.constraint]
         while todo:

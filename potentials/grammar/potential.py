@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lark
+
 from potentials._compat import C, parse_regex, subtrees, tree_items
 from potentials.base import NEG_INF, BytePotential
 from potentials.grammar.earley import CFG, Column, Earley, TokenDFA
@@ -99,8 +101,6 @@ class Grammar(BytePotential[Column]):
 
 def _to_cfg(lark_text: str, start: str) -> CFG:
     """lark's own rules and terminals, with each terminal compiled to a byte automaton."""
-    import lark
-
     try:
         parser = lark.Lark(lark_text, start=start, parser="earley", lexer="dynamic_complete")
     except lark.exceptions.LarkError as e:

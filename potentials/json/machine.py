@@ -34,7 +34,7 @@ import json
 import re
 from typing import Any, Callable
 
-from potentials.base import utf8_lead
+from potentials.text import utf8_lead
 
 TOP, OBJ, ARR, STR, NUM, LIT, CHECK = range(7)
 OPENED = -1

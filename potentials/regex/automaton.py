@@ -41,6 +41,9 @@ import threading
 from array import array
 from typing import Any, Iterable
 
+import numpy as np
+import regex
+
 from potentials._compat import (
     C,
     parse_regex,
@@ -52,9 +55,10 @@ from potentials._compat import (
     unicode_tolower,
     width,
 )
+from potentials.regex.chars import all_chars
+from potentials.regex.syntax import translate
+from potentials.text import MAXCP, SUR_HI, SUR_LO
 
-MAXCP = 0x10FFFF
-SUR_LO, SUR_HI = 0xD800, 0xDFFF
 UNCOMPUTED, DEAD = -2, -1
 _NEW_ROW = array("i", [UNCOMPUTED] * 256)
 #: largest NFA built; bigger patterns raise RegexTooLarge (the Regex potential then falls back to
@@ -109,13 +113,6 @@ def _complement(ivs: Intervals) -> Intervals:
     if nxt <= MAXCP:
         out.append((nxt, MAXCP))
     return tuple(out)
-
-
-@functools.lru_cache(maxsize=1)
-def all_chars() -> str:
-    """chr(0) chr(1) ... chr(MAXCP), surrogates included, so offset = code point (one 4.5 MB
-    string per process, shared by everything that asks a regex engine about every character)."""
-    return "".join(map(chr, range(MAXCP + 1)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -523,8 +520,6 @@ def _holds(kind: int, prev: Kind | None, nxt: Kind | None) -> bool:
 
 def _dense(rows: list[list[int]], width: int) -> "np.ndarray":
     """``rows`` (-1: dead) as an int32 array with a last, absorbing dead row."""
-    import numpy as np
-
     dead = len(rows)
     table = np.full((dead + 1, width), dead, dtype=np.int32)
     if rows:
@@ -936,8 +931,6 @@ class ByteDFA:
         with the same ``cps`` (a later state of one string finds its rows built), at most
         ``limit`` transitions; past that, the rows reachable from ``state`` alone. None when
         ``state`` stops inside a character or its own table needs more than ``limit``."""
-        import numpy as np
-
         sid, part = self._bstates[state]
         if part or sid == DEAD:
             return None
@@ -1064,8 +1057,6 @@ def check_flags(flags: int) -> int:
 
 def _to_regex_package_flags(flags: int) -> int:
     """re's flag values as the ``regex`` package numbers them (only ASCII differs)."""
-    import regex
-
     out = flags & ~re.ASCII
     return out | regex.ASCII if flags & re.ASCII else out
 
@@ -1136,8 +1127,6 @@ def regex_package_compile(pattern: str, flags: int = 0):
     A pattern neither package accepts gets the ``regex`` package's message and position (re's
     when regex's has none). An inline ``(?L)`` is refused as re refuses it for str patterns.
     """
-    import regex
-
     flags = check_flags(flags)
     size = unrolled_size(pattern)
     if size > MAX_UNROLLED:
@@ -1210,8 +1199,6 @@ def parse_regex_package_syntax(pattern: str, flags: int) -> tuple[Any, int, dict
     """(parse tree, global flags, placeholder -> code-point set) of a pattern in the ``regex``
     package's syntax, through its translation to ``re`` syntax (potentials.regex.syntax); None
     when it has no translation."""
-    from potentials.regex.syntax import translate
-
     got = translate(pattern, flags)
     if got is None:
         return None

@@ -43,9 +43,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import regex
+
 from potentials._compat import C, subtrees, tree_items
 from potentials.regex.automaton import (
-    MAXCP,
     ByteDFA,
     InvalidRegex,
     UnsupportedRegex,
@@ -53,10 +54,12 @@ from potentials.regex.automaton import (
     _NFA,
     _normalize,
     _render,
-    all_chars,
     parse_flags,
     parse_regex_package_syntax,
+    regex_package_compile,
 )
+from potentials.regex.chars import all_chars
+from potentials.text import MAXCP
 
 #: a private-use code point standing for one character of the pattern's alphabet (recursion);
 #: potentials.regex.syntax allocates its placeholders from U+F0000 upwards, far below it
@@ -253,8 +256,6 @@ class _RelaxedNFA(_NFA):
 def _regex_set(item: str, flags: int) -> Intervals:
     """The code points the ``regex`` package (VERSION0) matches with the one-character ``item``
     under re's IGNORECASE/ASCII ``flags``."""
-    import regex
-
     rflags = regex.VERSION0 | (regex.IGNORECASE if flags & C.SRE_FLAG_IGNORECASE else 0) | (
         regex.ASCII if flags & C.SRE_FLAG_ASCII else 0)
     rx = regex.compile("(?:" + item + ")+", rflags)
@@ -279,8 +280,6 @@ def relaxed_automaton(pattern: str, flags: int = 0) -> ByteDFA | None:
         pattern: a pattern the ``regex`` package compiles (the fallback's).
         flags: ``re`` flags as checked by ``potentials.regex.automaton.check_flags``.
     """
-    import regex
-
     if flags & (regex.VERSION1 | regex.VERBOSE) or "(?V1)" in pattern:
         return None  # VERSION1 sets and full case folding differ from re's reading
     marked = mark_recursion(pattern)
@@ -332,8 +331,6 @@ def leading_negative_lookaheads(pattern: str, flags: int = 0) -> list:
     """Compiled ``regex`` patterns C_i of the extension-stable leading negative lookaheads of
     ``pattern`` (module docstring, 2); [] when there are none or the pattern is outside the
     simple prefix syntax read here (anchors ``^ \\A \\b`` and lookaheads, no inline flags)."""
-    import regex
-
     if flags & (regex.VERSION1 | regex.VERBOSE):
         return []
     out, i, shifted = [], 0, False
@@ -362,8 +359,6 @@ def leading_negative_lookaheads(pattern: str, flags: int = 0) -> list:
 
 def _stable_body(body: str, flags: int):
     """regex.compile(body) when ``body`` parses with re and is extension-stable, else None."""
-    from potentials.regex.automaton import regex_package_compile
-
     try:
         tree, _ = parse_flags(body, flags)
         rx = regex_package_compile(body, flags)

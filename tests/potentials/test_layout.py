@@ -40,3 +40,85 @@ def test_the_public_names_and_the_family_packages():
     assert potentials.JSONSchema is JSONSchema
     for name in potentials.__all__:
         assert getattr(potentials, name).__name__ == name
+
+
+ROOT = __import__("pathlib").Path(potentials.__file__).parent
+
+
+def _module_name(path):
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level_imports(tree, name):
+    """The potentials.* modules a module imports when it is imported (TYPE_CHECKING blocks
+    left out: they never run)."""
+    import ast
+
+    out = set()
+    is_package = (ROOT.parent / name.replace(".", "/") / "__init__.py").exists()
+    package = name if is_package else name.rpartition(".")[0]
+
+    def visit(nodes):
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                # ``from package import module`` imports the module (its package is imported
+                # first anyway, as for every submodule)
+                subs = {f"{base}.{a.name}" for a in node.names}
+                subs = {m for m in subs if (ROOT.parent / (m.replace(".", "/") + ".py")).exists()}
+                out.update(subs if len(subs) == len(node.names) else subs | {base})
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+                for h in getattr(node, "handlers", []):
+                    visit(h.body)
+    visit(tree.body)
+    return out
+
+
+def test_no_import_cycles_and_no_imports_inside_functions():
+    """Each module of potentials imports what it needs at its top, and the import graph has no
+    cycle (potentials._compat alone imports inside functions: it probes private APIs)."""
+    import ast
+
+    modules, trees = {}, {}
+    for path in sorted(ROOT.rglob("*.py")):
+        name = _module_name(path)
+        trees[name] = ast.parse(path.read_text())
+        modules[name] = path
+    inner = []
+    for name, tree in trees.items():
+        if name == "potentials._compat":
+            continue
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner += [f"{name}.{fn.name}: {ast.unparse(n)}" for n in ast.walk(fn)
+                          if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert inner == []
+    graph = {n: {m for m in _top_level_imports(t, n) if m in modules and m != n}
+             for n, t in trees.items()}
+    state: dict[str, int] = {}
+
+    def cycle_from(n, path):
+        state[n] = 1
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                return path + [n, m]
+            if m not in state:
+                got = cycle_from(m, path + [n])
+                if got:
+                    return got
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            assert cycle_from(n, []) is None

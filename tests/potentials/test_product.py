@@ -10,7 +10,7 @@ from tests.potentials.test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_
 from potentials.base import NEG_INF, BytePotential
 from potentials.json import JSONSchema
 from potentials.predicate import Predicate
-from potentials.product import ByteProduct, Product
+from potentials.base import ByteProduct, Product
 from potentials.regex import Regex
 
 CONTEXTS = [b"", b"a", b"ab", b"aba", b"abab", b"b", b"ac", b"\xc3", b"\xc3\xa9", b"\xff"]
