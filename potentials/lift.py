@@ -110,7 +110,7 @@ class VocabTrie:
 _PER_LM: "weakref.WeakKeyDictionary[Any, dict[tuple, Any]]" = weakref.WeakKeyDictionary()
 
 
-def _per_lm(lm: LMBackend, key: tuple, build: Callable[[], Any]) -> Any:
+def per_lm(lm: LMBackend, key: tuple, build: Callable[[], Any]) -> Any:
     """``build()``, computed once per LM and key (the vocabulary's tables outlive potentials)."""
     key = (len(lm.vocab), *key)
     try:
@@ -125,13 +125,13 @@ def _per_lm(lm: LMBackend, key: tuple, build: Callable[[], Any]) -> Any:
 
 def vocab_trie(lm: LMBackend, skip: set[int]) -> VocabTrie:
     """The trie of ``lm``'s vocabulary without the ``skip`` ids, built once per LM and skip set."""
-    return _per_lm(lm, ("trie", tuple(sorted(skip))), lambda: VocabTrie(lm.vocab, skip))
+    return per_lm(lm, ("trie", tuple(sorted(skip))), lambda: VocabTrie(lm.vocab, skip))
 
 
 def plain_trie(lm: LMBackend, skip: set[int]) -> VocabTrie:
     """The trie of ``lm``'s plain-text tokens (``is_plain_text``) without the ``skip`` ids."""
     plain = plain_tokens(lm, skip)[0]
-    return _per_lm(lm, ("plain-trie", tuple(sorted(skip))),
+    return per_lm(lm, ("plain-trie", tuple(sorted(skip))),
                    lambda: VocabTrie(lm.vocab, set(np.flatnonzero(~plain).tolist())))
 
 
@@ -235,7 +235,7 @@ class CharTrie:
 def plain_char_trie(lm: LMBackend, skip: set[int]) -> CharTrie:
     """The ``CharTrie`` of ``lm``'s plain-text tokens without the ``skip`` ids, once per LM."""
     plain = plain_tokens(lm, skip)[0]
-    return _per_lm(lm, ("plain-chars", tuple(sorted(skip))),
+    return per_lm(lm, ("plain-chars", tuple(sorted(skip))),
                    lambda: CharTrie(lm.vocab, np.flatnonzero(plain).tolist()))
 
 
@@ -251,7 +251,7 @@ def raw_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, Vo
         everything = set(range(len(lm.vocab)))
         return (VocabTrie(lm.vocab, everything - raw), VocabTrie(lm.vocab, everything - (free - raw)))
 
-    return _per_lm(lm, ("raw", tuple(sorted(skip)), bytes(stop)), build)
+    return per_lm(lm, ("raw", tuple(sorted(skip)), bytes(stop)), build)
 
 
 def begun_chars(lm: LMBackend, skip: set[int]) -> np.ndarray:
@@ -263,7 +263,7 @@ def begun_chars(lm: LMBackend, skip: set[int]) -> np.ndarray:
         starts = (buf < 0x80) | (buf >= 0xC0)
         return np.bincount(owner[starts], minlength=len(lens))
 
-    return _per_lm(lm, ("begun",), build)
+    return per_lm(lm, ("begun",), build)
 
 
 def stop_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, VocabTrie]:
@@ -277,7 +277,7 @@ def stop_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, V
         return (VocabTrie(lm.vocab, other | stopped),
                 VocabTrie(lm.vocab, other | (set(range(len(lm.vocab))) - stopped)))
 
-    return _per_lm(lm, ("stop", tuple(sorted(skip)), bytes(stop)), build)
+    return per_lm(lm, ("stop", tuple(sorted(skip)), bytes(stop)), build)
 
 
 def _flat(lm: LMBackend) -> tuple[np.ndarray, np.ndarray]:
@@ -288,7 +288,7 @@ def _flat(lm: LMBackend) -> tuple[np.ndarray, np.ndarray]:
         return (np.frombuffer(b"".join(toks), dtype=np.uint8),
                 np.fromiter(map(len, toks), dtype=np.int64, count=len(toks)))
 
-    return _per_lm(lm, ("flat",), build)
+    return per_lm(lm, ("flat",), build)
 
 
 def last_bytes(lm: LMBackend) -> np.ndarray:
@@ -301,7 +301,7 @@ def last_bytes(lm: LMBackend) -> np.ndarray:
         out[some] = buf[np.cumsum(lens)[some] - 1]
         return out
 
-    return _per_lm(lm, ("last",), build)
+    return per_lm(lm, ("last",), build)
 
 
 def stop_tokens(lm: LMBackend, stop: bytes) -> np.ndarray:
@@ -314,7 +314,7 @@ def stop_tokens(lm: LMBackend, stop: bytes) -> np.ndarray:
         out[owner[np.isin(buf, np.frombuffer(bytes(stop), dtype=np.uint8))]] = True
         return out
 
-    return _per_lm(lm, ("has-stop", bytes(stop)), build)
+    return per_lm(lm, ("has-stop", bytes(stop)), build)
 
 
 def plain_stopped(lm: LMBackend, skip: set[int], stop: bytes) -> bool:
@@ -335,7 +335,7 @@ def plain_tokens(lm: LMBackend, skip: set[int]) -> tuple[np.ndarray, np.ndarray,
                 plain[t], chars[t] = True, len(bytes(tok).decode("utf-8"))
         return plain, chars, VocabTrie(lm.vocab, skip | set(np.flatnonzero(plain).tolist()))
 
-    return _per_lm(lm, ("plain", tuple(sorted(skip))), build)
+    return per_lm(lm, ("plain", tuple(sorted(skip))), build)
 
 
 class Lifted(Potential):
@@ -346,6 +346,11 @@ class Lifted(Potential):
         lm: any backend with ``vocab`` and ``eos_token_ids`` (``special_token_ids`` optional).
         cache_size: how many contexts' byte states are kept (the oldest evicted first; an
             evicted state is recomputed from its bytes, so eviction never changes results).
+
+    Attributes (public, read-only):
+        potential: the byte-level potential lifted (``factors()`` are its factors).
+        lm: the backend.
+        vocab: the bytes of every token id.
     """
 
     def __init__(self, potential: ByteContract, lm: LMBackend, cache_size: int = 20_000):
@@ -355,12 +360,12 @@ class Lifted(Potential):
             raise ValueError(f"cache_size must be positive, got {cache_size}")
         self.potential, self.lm = potential, lm
         # per LM, not per potential: ~25 ms at a 128k vocabulary, for every constraint lifted
-        vocab = self.vocab = _per_lm(lm, ("bytes",), lambda: [bytes(v) for v in lm.vocab])
+        vocab = self.vocab = per_lm(lm, ("bytes",), lambda: [bytes(v) for v in lm.vocab])
         self.size = len(self.vocab)
         self.eos_ids = tuple(int(i) for i in lm.eos_token_ids)
         self._eos = frozenset(self.eos_ids)
         special = {int(i) for i in getattr(lm, "special_token_ids", ())}
-        empty = _per_lm(lm, ("empty",), lambda: frozenset(i for i, v in enumerate(vocab) if not v))
+        empty = per_lm(lm, ("empty",), lambda: frozenset(i for i, v in enumerate(vocab) if not v))
         self._blocked = frozenset((special | empty) - self._eos)
         self._cache_size = cache_size
         # oldest-first eviction without reordering on hits: a hit then costs one hash of the
@@ -387,7 +392,7 @@ class Lifted(Potential):
         self._nonstop: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.inner_cache_size = 256
         if potential.shares_text_keys:  # one set of caches per LM and class
-            self._plain_masks, self._inner, self._nonstop = _per_lm(
+            self._plain_masks, self._inner, self._nonstop = per_lm(
                 lm, ("text-keys", type(potential)),
                 lambda: (OrderedDict(), OrderedDict(), OrderedDict()))
         # complete_key k -> the tokens after which the text can end (``finishing``)
@@ -400,7 +405,16 @@ class Lifted(Potential):
     def __repr__(self) -> str:
         return f"Lifted({self.potential!r}, vocab={self.size})"
 
+    def factors(self) -> tuple[Potential, ...]:
+        return self.potential.factors()
+
     # -- byte states of token contexts
+    def is_text(self, token: int) -> bool:
+        """Whether ``token`` stands for text: not an EOS id, not a control token of the LM
+        (``special_token_ids``) and not a token of no bytes. Every other token has weight 0
+        in ``logw_next`` (EOS has its own entry)."""
+        return token not in self._eos and token not in self._blocked
+
     def _step(self, state: Any, token: int) -> Any:
         """Byte state after ``token`` (None: dead, or a token that is no text)."""
         if state is None or token in self._eos or token in self._blocked:

@@ -40,7 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from potentials.base import NEG_INF, Potential
-from potentials.lift import Lifted, _per_lm
+from potentials.lift import Lifted, per_lm
 
 #: completions and twists kept (per Lookahead and its last-step twin)
 CACHE = 50_000
@@ -69,10 +69,10 @@ class Lookahead(Potential):
         self.size, self.eos_ids = lifted.size, tuple(lifted.eos_ids)
         self._eos = frozenset(self.eos_ids)
         vocab = lifted.vocab
-        self._lengths = _per_lm(lifted.lm, ("byte-lengths",),
+        self._lengths = per_lm(lifted.lm, ("byte-lengths",),
                                 lambda: np.array([len(v) for v in vocab], dtype=float))
         # the vocabulary in byte order: the tokens that begin with u are one run of it
-        self._order, self._sorted = _per_lm(lifted.lm, ("byte-order",), lambda: _byte_order(vocab))
+        self._order, self._sorted = per_lm(lifted.lm, ("byte-order",), lambda: _byte_order(vocab))
         # byte state -> y, token context -> G: shared with the last-step twin
         self._y: OrderedDict[Any, bytes | None] = OrderedDict()
         self._twists: OrderedDict[tuple[int, ...], float] = OrderedDict()

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from typing import Any, Awaitable, Callable
 
 from potentials.base import NEG_INF, BytePotential
-from potentials.regex import split_utf8
+from potentials.text import split_utf8
 
 Check = Callable[[str], bool] | Callable[[str], Awaitable[bool]]
 

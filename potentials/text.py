@@ -71,3 +71,46 @@ def is_plain_text(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def utf8_range(part: tuple[int, ...]) -> tuple[int, int] | None:
+    """Code points whose UTF-8 encoding starts with the incomplete sequence ``part``."""
+    lead = part[0]
+    if 0xC2 <= lead <= 0xDF:
+        n, lo_cp, hi_cp, bits = 2, 0x80, 0x7FF, lead & 0x1F
+    elif 0xE0 <= lead <= 0xEF:
+        n, lo_cp, hi_cp, bits = 3, 0x800, 0xFFFF, lead & 0x0F
+    elif 0xF0 <= lead <= 0xF4:
+        n, lo_cp, hi_cp, bits = 4, 0x10000, MAXCP, lead & 0x07
+    else:
+        return None
+    for b in part[1:]:
+        if not 0x80 <= b <= 0xBF:
+            return None
+        bits = (bits << 6) | (b & 0x3F)
+    free = 6 * (n - len(part))
+    lo, hi = max(bits << free, lo_cp), min(((bits + 1) << free) - 1, hi_cp)
+    if n == 3:
+        if SUR_LO <= lo and hi <= SUR_HI:
+            return None
+        if SUR_LO <= hi <= SUR_HI:
+            hi = SUR_LO - 1
+        if SUR_LO <= lo <= SUR_HI:
+            lo = SUR_HI + 1
+    return (lo, hi) if lo <= hi else None
+
+
+def utf8_len(lead: int) -> int:
+    """Length of the UTF-8 character that ``lead`` starts (1 for stray continuation bytes)."""
+    return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+
+
+def split_utf8(data: bytes) -> tuple[str, bytes] | None:
+    """(text of the complete characters, incomplete last character) or None if invalid UTF-8."""
+    try:
+        return data.decode("utf-8"), b""
+    except UnicodeDecodeError as e:
+        tail = data[e.start:]
+        if e.end != len(data) or len(tail) >= utf8_len(tail[0]) or utf8_range(tuple(tail)) is None:
+            return None
+        return data[: e.start].decode("utf-8"), tail

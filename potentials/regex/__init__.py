@@ -11,6 +11,7 @@
 """
 
 from potentials.regex.automaton import InvalidRegex, RegexTooLarge, UnsupportedRegex
-from potentials.regex.potential import DEFAULT_TIMEOUT, Regex, split_utf8
+from potentials.regex.potential import DEFAULT_TIMEOUT, Regex
+from potentials.text import split_utf8
 
 __all__ = ["DEFAULT_TIMEOUT", "InvalidRegex", "Regex", "RegexTooLarge", "UnsupportedRegex", "split_utf8"]

@@ -48,13 +48,12 @@ from potentials.regex.automaton import (
     ByteDFA,
     InvalidRegex,
     UnsupportedRegex,
-    _utf8_len,
-    _utf8_range,
     check_flags,
     compile_regex,
     regex_package_compile,
 )
 from potentials.regex.relax import leading_negative_lookaheads, relaxed_automaton
+from potentials.text import split_utf8, utf8_range
 
 #: default time budget (seconds) of one prefix or completion check in fallback mode
 DEFAULT_TIMEOUT = 1.0
@@ -68,17 +67,6 @@ def _automaton(pattern: str, flags: int) -> ByteDFA:
     transition table as texts reach new states, so a later generation with the pattern starts
     with the states earlier ones reached instead of determinizing them again."""
     return compile_regex(pattern, flags, lookaround=True)
-
-
-def split_utf8(data: bytes) -> tuple[str, bytes] | None:
-    """(text of the complete characters, incomplete last character) or None if invalid UTF-8."""
-    try:
-        return data.decode("utf-8"), b""
-    except UnicodeDecodeError as e:
-        tail = data[e.start:]
-        if e.end != len(data) or len(tail) >= _utf8_len(tail[0]) or _utf8_range(tuple(tail)) is None:
-            return None
-        return data[: e.start].decode("utf-8"), tail
 
 
 class Regex(BytePotential):
@@ -255,7 +243,7 @@ class Regex(BytePotential):
         # characters of ``done`` up to case (backreferences compare with them); see
         # potentials.regex.chars. Without classes every character is tried. Out of time the
         # prefix is kept, never dropped.
-        lo, hi = _utf8_range(tuple(tail))
+        lo, hi = utf8_range(tuple(tail))
         reps = representatives(self.pattern, lo, hi)
         # the classes are computed once per pattern (bounded: linear in its atoms); the budget
         # is for the regex calls

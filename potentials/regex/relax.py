@@ -51,9 +51,9 @@ from potentials.regex.automaton import (
     InvalidRegex,
     UnsupportedRegex,
     Intervals,
-    _NFA,
-    _normalize,
-    _render,
+    NFA,
+    normalized_intervals,
+    render_item,
     parse_flags,
     parse_regex_package_syntax,
     regex_package_compile,
@@ -182,7 +182,7 @@ def _groups(seq, flags: int, out: dict[int, tuple[Any, int]]) -> dict[int, tuple
     return out
 
 
-class _RelaxedNFA(_NFA):
+class _RelaxedNFA(NFA):
     """An NFA of the superset R(P) of the module docstring."""
 
     def __init__(self, pattern: str, placeholders: dict, groups: dict):
@@ -243,10 +243,10 @@ class _RelaxedNFA(_NFA):
         if any(o is C.LITERAL and a in self.placeholders for o, a in items):
             return _ANY
         negate = op is C.NOT_LITERAL or (bool(items) and items[0][0] is C.NEGATE)
-        body = "".join(_render(o, a) for o, a in items if o is not C.NEGATE)
+        body = "".join(render_item(o, a) for o, a in items if o is not C.NEGATE)
         other = _regex_set("[" + ("^" if negate else "") + body + "]",
                            flags & (C.SRE_FLAG_IGNORECASE | C.SRE_FLAG_ASCII))
-        return _normalize([*ivs, *other])
+        return normalized_intervals([*ivs, *other])
 
     def check_lookaheads(self) -> None:
         """No lookahead is built into R(P) (they are all relaxed to 'holds')."""
@@ -299,7 +299,7 @@ def relaxed_automaton(pattern: str, flags: int = 0) -> ByteDFA | None:
             # the alphabet S: every set the pattern matches characters with
             probe = _RelaxedNFA(pattern, {**placeholders, RECURSION_MARK: ()}, groups)
             probe.build(items, probe.new(), gflags, pattern)
-            alphabet = _normalize([iv for s in probe.sets for iv in s])
+            alphabet = normalized_intervals([iv for s in probe.sets for iv in s])
             placeholders = {**placeholders, RECURSION_MARK: alphabet}
         nfa = _RelaxedNFA(pattern, placeholders, groups)
         start = nfa.new()

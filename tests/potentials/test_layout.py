@@ -122,3 +122,20 @@ def test_no_import_cycles_and_no_imports_inside_functions():
     for n in sorted(graph):
         if n not in state:
             assert cycle_from(n, []) is None
+
+
+def test_no_private_name_is_imported_across_modules():
+    """potentials/ and samplers/ import only public names of each other's modules (the
+    adapter for Python's private re internals, potentials._compat, is the one exception)."""
+    import ast
+
+    offenders = []
+    for pkg in ("potentials", "samplers"):
+        for path in sorted((ROOT.parent / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+                        "potentials", "samplers", "smc") and node.module != "potentials._compat":
+                    offenders += [f"{path.name}: from {node.module} import {a.name}"
+                                  for a in node.names
+                                  if a.name.startswith("_") and a.name != "_compat"]
+    assert offenders == []

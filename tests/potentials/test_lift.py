@@ -583,3 +583,11 @@ def test_char_table_walk_is_the_same_whether_levels_are_arrays_or_nodes(monkeypa
             got = lifted._automata_live([[(dfa, start)]], lifted._lm_table(lift_module.plain_trie))
             want = [t < len(vocab) - 1 and dfa.walk(start, vocab[t]) is not None for t in range(len(vocab))]
             assert got.tolist() == want, (pattern, start)
+
+
+def test_is_text_names_the_tokens_that_stand_for_text():
+    lm = toy_lm()
+    lifted = Regex(r"[ab]*").lift(lm)
+    no_text = ({int(i) for i in lm.eos_token_ids} | set(getattr(lm, "special_token_ids", ()))
+               | {i for i, v in enumerate(lm.vocab) if not v})
+    assert no_text and [t for t in range(lifted.size) if not lifted.is_text(t)] == sorted(no_text)

@@ -113,3 +113,17 @@ def test_mismatched_vocabularies_are_refused():
         Regex("a") * Regex("a").lift(lm)
     with pytest.raises(TypeError, match="cannot multiply"):
         Regex("a") * 3  # type: ignore[operator]
+    with pytest.raises(TypeError, match="cannot multiply"):
+        Regex("a").lift(lm) * 3  # type: ignore[operator]
+
+
+def test_factors_are_the_leaves_in_order():
+    lm = toy_lm()
+    a, b, c = Regex(r"a+"), Predicate(complete=lambda t: True), Weighted()
+    assert a.factors() == (a,)
+    byte_prod = (a * b) * c
+    assert isinstance(byte_prod, ByteProduct) and byte_prod.factors() == (a, b, c)
+    lifted = byte_prod.lift(lm)
+    assert lifted.potential is byte_prod and lifted.factors() == (a, b, c)
+    token_prod = a.lift(lm) * (b * c).lift(lm)
+    assert isinstance(token_prod, Product) and token_prod.factors() == (a, b, c)

@@ -165,13 +165,13 @@ async def test_partial_character_verdicts_match_brute_force(pattern, texts):
     # character of the range decides
     pot = Regex(pattern)
     assert not pot.exact
-    from potentials.regex.automaton import _utf8_range
+    from potentials.text import utf8_range
 
     tails = [bytes([b]) for b in range(0xC2, 0xE0)] + [b"\xe2", b"\xe1", b"\xd7"]
     tails += [bytes([0xE0 | (c >> 12), 0x80 | ((c >> 6) & 0x3F)]) for c in (0x100, 0x391, 0x660)]
     for done in texts:
         for tail in tails:
-            span = _utf8_range(tuple(tail))
+            span = utf8_range(tuple(tail))
             if span is None:
                 continue
             want = _brute(pot._rx, done, *span) and pot._rx.fullmatch(done, partial=True)
