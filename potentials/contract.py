@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import Any, Collection, Generic, Hashable, Sequence, TypeVar
+from typing import Any, Collection, Generic, Hashable, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
@@ -125,6 +125,95 @@ class Potential(ABC):
 S = TypeVar("S")
 
 
+class Hook(NamedTuple):
+    claim: str  #: what the member promises when it answers (a wrong claim changes results)
+    use: str  #: what lifting or a twist does with the answer
+    check: str | None  #: the check in potentials.testing that verifies it (None: none can)
+
+
+#: The members every ``ByteContract`` implements (abstract here).
+REQUIRED: dict[str, str] = {
+    "initial()": "the state of the empty text",
+    "advance(state, data)": "the state after the bytes data, None once no continuation is "
+                            "accepted; states are persistent and a call costs O(len(data))",
+    "state_complete(state)": "log φ(x) of the text x that reached the state",
+}
+
+#: The optional members, each stated once: its claim, its use, and the shipped check of
+#: potentials.testing that verifies it. docs/design.md ("Potentials") shows this table, and
+#: tests/potentials/test_layout.py keeps the two alike.
+HOOKS: dict[str, Hook] = {
+    "state_prefix(state)": Hook(
+        "log Σ_y φ(x y) of a live state (default 0)",
+        "the prefix weight of a context",
+        "PotentialContract.test_logw_next_matches_prefix_and_complete"),
+    "boolean": Hook(
+        "every live state has prefix weight 0",
+        "a mask of 0 / -inf: liveness alone decides a token",
+        "PotentialContract.test_boolean_means_prefix_zero"),
+    "complete_after(state, data)": Hook(
+        "state_complete(advance(state, data)), -inf when that state is dead",
+        "the finishing check of one token without building its state",
+        "PotentialContract.test_complete_after_is_complete_of_advance"),
+    "mask_key(state)": Hook(
+        "equal keys have equal futures: advance(s, d) is None iff advance(s', d) is None",
+        "one mask per key, shared by particles",
+        "MaskKeyContract.test_equal_mask_keys_have_equal_liveness"),
+    "next_bytes(state)": Hook(
+        "a superset of the bytes that keep the state alive",
+        "at trie nodes with 16+ children, descends only into those (JSON between values: ~20 of"
+        " 235 root children)",
+        "PotentialContract.test_next_bytes_hold_every_live_byte"),
+    "alternatives(state)": Hook(
+        "the state's futures are the union of these states' futures",
+        "a state with no shortcut of its own, whose alternatives all have an inner_text_key: "
+        "the tokens with a stop byte walked once from the whole state, the others as the union "
+        "of each alternative's, kept per inner key (a JSON string that may be one of several "
+        "enum values or free text)",
+        "PotentialContract.test_alternatives_share_the_future"),
+    "plain_text_budget(state)": Hook(
+        "plain text (potentials.text) lives iff it has at most B characters",
+        "plain tokens decided by one vectorized comparison",
+        "PlainTextBudgetContract.test_plain_text_budget_holds"),
+    "plain_text_key(state)": Hook(
+        "raw text (plain, or cut inside its last character) lives iff it begins at most B "
+        "characters and L_k holds, L_k a function of the key k",
+        "L_k over the plain tokens computed once per key",
+        "PlainTextKeyContract.test_plain_text_key_holds"),
+    "plain_text_automata(k)": Hook(
+        "L_k as automata (walk, optionally char_table)",
+        "L_k from dense character tables over a per-LM character trie of the plain tokens (one "
+        "array gather per depth), and for the raw tokens of an inner walk from the automata "
+        "alone",
+        "PlainTextKeyContract.test_plain_text_key_holds"),
+    "inner_text_key(state)": Hook(
+        "texts without a stop byte live alike under equal keys, and none completes the text",
+        "those walked once per key; each mask walks only tokens with a stop byte (JSON: every "
+        "string state has one, enum literals and escapes included)",
+        "InnerTextKeyContract.test_equal_inner_text_keys_have_equal_liveness"),
+    "shares_text_keys": Hook(
+        "the two text keys mean the same in every instance of the class",
+        "their caches kept per LM and class, shared by all such potentials",
+        None),
+    "complete_key(state)": Hook(
+        "equal keys accept alike after every continuation",
+        "the finishing set of the step before a forced EOS, once per key (docs/engine.md)",
+        "CompleteKeyContract.test_equal_complete_keys_agree_on_completion"),
+    "final_bytes()": Hook(
+        "the bytes a non-empty complete text can end with (a superset)",
+        "the finishing check tries only tokens ending in one of them",
+        "PotentialContract.test_final_bytes_end_every_complete_text"),
+    "completion(state)": Hook(
+        "a y that completes the text, a function of the state",
+        "the lookahead twist's y",
+        "PotentialContract.test_completion_is_accepted"),
+    "completion_key(state)": Hook(
+        "(a heuristic grouping of states needing equally long completions)",
+        "read only by the budget twist",
+        None),
+}
+
+
 class ByteContract(Potential, Generic[S]):
     """A potential over UTF-8 bytes driven by an incremental state (subclass its public face,
     ``potentials.base.BytePotential``).
@@ -138,7 +227,8 @@ class ByteContract(Potential, Generic[S]):
         state_complete(state) complete log weight
 
     Every query follows from these; lifting to a token vocabulary (``BytePotential.lift``) keeps
-    one state per particle and advances it over each candidate token's bytes only.
+    one state per particle and advances it over each candidate token's bytes only. The optional
+    members below let lifting do less; ``HOOKS`` states each one's claim, use and check.
     """
 
     size = 257
@@ -244,8 +334,9 @@ class ByteContract(Potential, Generic[S]):
 
     def plain_text_budget(self, state: S) -> float | None:
         """None, or B >= 0 (inf allowed) such that for every *plain text* w -- complete UTF-8
-        characters, none of them a control character, '"' or '\\' (``is_plain_text``) --
-        advance(state, w) is not None iff w has at most B characters.
+        characters, none of them a control character, '"' or '\\'
+        (``potentials.text.is_plain_text``) -- advance(state, w) is not None iff w has at most
+        B characters.
 
         Inside free text (a JSON string with only length limits) this lets lifting decide the
         plain tokens, nearly all of an LM's vocabulary, in one vectorized comparison.
@@ -255,10 +346,10 @@ class ByteContract(Potential, Generic[S]):
 
     def plain_text_key(self, state: S) -> tuple[Hashable, float] | None:
         """None, or (k, B) with B >= 0 (inf allowed) such that for every raw text w
-        (``is_raw_text``; plain text among it): advance(state, w) is not None iff w begins at
-        most B characters (``chars_begun``) and L_k(w), where the predicate L_k depends on the
-        key k only (states with equal keys agree on it). ``plain_text_budget`` is the case
-        L_k = True, for plain text.
+        (``potentials.text.is_raw_text``; plain text among it): advance(state, w) is not None
+        iff w begins at most B characters (``chars_begun``) and L_k(w), where the predicate L_k
+        depends on the key k only (states with equal keys agree on it). ``plain_text_budget``
+        is the case L_k = True, for plain text.
 
         Inside a string with a ``pattern`` (L_k: the pattern's automaton, in state k, survives
         w) lifting then computes the plain tokens' L_k once per key and reuses it, whatever

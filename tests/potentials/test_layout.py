@@ -139,3 +139,34 @@ def test_no_private_name_is_imported_across_modules():
                                   for a in node.names
                                   if a.name.startswith("_") and a.name != "_compat"]
     assert offenders == []
+
+
+def test_the_hooks_table_covers_the_byte_contract_and_names_real_checks():
+    """``potentials.contract.HOOKS`` and ``REQUIRED`` state every member of the byte contract
+    once (the members every potential has, and ``state_of``, its derived helper, aside), and
+    each named check exists in potentials.testing."""
+    import potentials.testing as testing
+    from potentials.contract import HOOKS, REQUIRED, ByteContract, Potential
+
+    def bare(name):
+        return name.split("(")[0]
+
+    own = {k for k in vars(ByteContract) if not k.startswith("_") and not hasattr(Potential, k)}
+    own -= {"size", "eos_ids", "state_of"}
+    assert own == {bare(k) for k in [*REQUIRED, *HOOKS]}
+    for hook in HOOKS.values():
+        if hook.check is not None:
+            cls, test = hook.check.split(".")
+            assert callable(getattr(getattr(testing, cls), test)), hook.check
+
+
+def test_docs_design_shows_the_hooks_table():
+    """docs/design.md ("Potentials") shows REQUIRED and HOOKS row for row."""
+    from potentials.contract import HOOKS, REQUIRED
+
+    doc = (ROOT.parent / "docs" / "design.md").read_text()
+    for name, meaning in REQUIRED.items():
+        assert f"| `{name}` | {meaning} |" in doc, name
+    for name, h in HOOKS.items():
+        check = f"`{h.check}`" if h.check else "none"
+        assert f"| `{name}` | {h.claim} | {h.use} | {check} |" in doc, name
