@@ -40,7 +40,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from potentials.base import NEG_INF, Potential
-from potentials.lift import Lifted, per_lm
+from potentials.lift import Lifted
+from potentials.vocab import per_lm
 
 #: completions and twists kept (per Lookahead and its last-step twin)
 CACHE = 50_000
