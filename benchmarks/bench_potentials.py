@@ -96,7 +96,7 @@ def _grammar(text: str) -> Callable[[], BytePotential]:
 
 def _schema(schema: dict) -> Callable[[], BytePotential]:
     def make() -> BytePotential:
-        from potentials.json_schema import JSONSchema
+        from potentials.json import JSONSchema
 
         return JSONSchema(schema, whitespace="compact")
 

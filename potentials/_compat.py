@@ -5,15 +5,15 @@ it. Every use in the project goes through this module (users in brackets):
 
     re._parser      parse(pattern, flags) -> tree; tree.data (the items), tree.state.flags
                     (global flags), SubPattern.getwidth() -> (min, max)
-                                                       [fsm, grammar, regex_completion]
+                                   [regex.automaton, grammar.potential, regex.completion]
     re._constants   the opcodes and flag bits of those trees (``C`` below), items (op, av)
-                    with the av layouts ``subtrees`` and potentials.fsm read
-                                          [fsm, grammar, regex_relax, regex_completion]
-    _sre            unicode_iscased(cp), unicode_tolower(cp): re's own case rules     [fsm]
-    jsonschema._utils.equal      jsonschema's JSON equality (1 == 1.0, True != 1)  [json_clauses]
+                    with the av layouts ``subtrees`` and potentials.regex.automaton read
+                 [regex.automaton, grammar.potential, regex.relax, regex.completion]
+    _sre            unicode_iscased(cp), unicode_tolower(cp): re's own case rules  [regex.automaton]
+    jsonschema._utils.equal      jsonschema's JSON equality (1 == 1.0, True != 1)  [json.clauses]
     validator._resolver, validator.evolve(_resolver=r), resolver._base_uri
                     the ``referencing`` resolver a validator carries, to validate a subschema
-                    where jsonschema itself would (its base URI and dynamic scope)  [json_clauses]
+                    where jsonschema itself would (its base URI and dynamic scope)  [json.clauses]
 
 ``problems()`` checks every name above and the shapes the project reads (an item's av layout,
 what the resolver returns), and names the module at fault; ``require(group)`` raises
@@ -170,7 +170,8 @@ def _check_re(parser: Any, constants: Any, sre: Any) -> list[str]:
     if not callable(getattr(parser, "parse", None)):
         out.append("re._parser has no function parse")
         return out
-    # pattern -> the items re._parser must give, in the layouts fsm and grammar read
+    # pattern -> the items re._parser must give, in the layouts regex.automaton and
+    # grammar.potential read
     expect = {
         "ab|cd": [(K.BRANCH, (None, [[(K.LITERAL, 97), (K.LITERAL, 98)],
                                      [(K.LITERAL, 99), (K.LITERAL, 100)]]))],

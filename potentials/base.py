@@ -1,397 +1,116 @@
-"""The Potential contract.
+"""The public face of the Potential contract: the classes to subclass and their operators.
 
-A potential phi gives a non-negative weight to sequences over its vocabulary; everything is kept
-in log space. With x a context, a a symbol and EOS the end of the sequence:
+The contract itself (the three queries, their identities, the byte-level state machine and its
+optional hooks) is stated in potentials.contract. Here it gains what needs more than the
+contract: ``BytePotential.lift`` (lifting, potentials.lift, is built on the contract, so the
+operator that calls it sits above both) and the product of two byte potentials, whose state is
+the pair of their states, so the product lifts with the same per-token cost as its factors:
 
-    prefix(x)          = log sum_{y} phi(x y)        (Boolean: 0 if x can still be completed, else -inf)
-    complete(x)        = log phi(x)                  (x as a finished sequence)
-    logw_next(x)[a]    = prefix(x a) - prefix(x)
-    logw_next(x)[EOS]  = complete(x) - prefix(x)
+    prefix_{a*b}(x) = prefix_a(x) + prefix_b(x)      complete_{a*b}(x) = complete_a(x) + complete_b(x)
 
-``logw_next`` returns a float64 vector of length ``size``; the positions ``eos_ids`` stand for EOS.
-Byte-level potentials (constraints over text) have ``size == 257``: one entry per byte value and
-EOS at 256; their contexts are ``bytes``. Token-level potentials (LMs, lifted constraints) use the
-LM's token ids, its EOS ids among them; their contexts are tuples of ints.
-
-Contract (``potentials.testing`` checks it for every potential):
-prefix(x) = -inf implies prefix(x y) = complete(x y) = -inf; the two identities above; and every
-batch method equals its single version.
+A token-level product (``Product``) needs factors that agree on the vocabulary (``size``) and
+the EOS positions.
 """
 
 from __future__ import annotations
 
-import asyncio
-import math
-from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Collection, Generic, Hashable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Collection, Hashable, TypeVar
 
-import numpy as np
+
+from smc.core.logmath import NEG_INF
+from potentials.contract import ByteContract, Context, Potential, Product
+from potentials.lift import Lifted
 
 if TYPE_CHECKING:  # annotations only: potentials need nothing of smc at run time
     from smc.backends.base import LMBackend
 
-NEG_INF = float("-inf")
-Context = Any  # bytes for byte-level potentials, tuple[int, ...] for token-level ones
-
-
-class Potential(ABC):
-    """A weight on sequences, queried by prefix, by completion, and by next symbol."""
-
-    #: shared by all particles of an SMC run: never copied when a particle is cloned, and named
-    #: (not pickled) in a checkpoint's particles (smc.programs.sharing.is_shared)
-    shared_by_particles = True
-
-    #: length of the ``logw_next`` vector
-    size: int
-    #: positions in that vector which stand for EOS
-    eos_ids: tuple[int, ...]
-
-    def factors(self) -> tuple["Potential", ...]:
-        """The potentials whose product this one is: (self,) for a leaf; a product or a lifted
-        potential gives its parts' factors."""
-        return (self,)
-
-    def extend(self, ctx: Context, symbol: int) -> Context:
-        """The context ``ctx`` followed by ``symbol`` (a non-EOS position of ``logw_next``)."""
-        return tuple(ctx) + (int(symbol),)
-
-    def empty(self) -> Context:
-        return ()
-
-    @abstractmethod
-    async def prefix(self, ctx: Context) -> float: ...
-
-    @abstractmethod
-    async def complete(self, ctx: Context) -> float: ...
-
-    async def logw_next(self, ctx: Context) -> np.ndarray:
-        """Vector of prefix(ctx a) - prefix(ctx) for every symbol a; complete - prefix at EOS."""
-        return await self.logw_subset(ctx, range(self.size))
-
-    async def logw_subset(self, ctx: Context, symbols: Sequence[int]) -> np.ndarray:
-        """``logw_next(ctx)`` at the given positions only (what a rejection sampler checks)."""
-        base = await self.prefix(ctx)
-        out = np.full(len(symbols), NEG_INF)
-        if base == NEG_INF:
-            return out
-        eos = set(self.eos_ids)
-        done: float | None = None
-        for k, a in enumerate(symbols):
-            if a in eos:
-                if done is None:
-                    done = await self.complete(ctx)
-                out[k] = done - base
-            else:
-                out[k] = await self.prefix(self.extend(ctx, a)) - base
-        return out
-
-    async def known_support(self, ctx: Context) -> np.ndarray | None:
-        """The sorted positions A = {a : logw_next(ctx)[a] > -inf} (EOS included), when every
-        one of them has log weight exactly 0 and A is known without computing ``logw_next``
-        (e.g. a cached mask); else None. Samplers may then use the exact local mass
-        sum_{a in A} p(a) instead of estimating it. Default: None (never known).
-        """
-        return None
-
-    async def mask_would_be_kept(self, ctx: Context) -> bool:
-        """True when ``logw_next(ctx)`` is not known yet and, once computed, is kept for every
-        later context that shares its key (e.g. a lifted Boolean constraint's mask cache): one
-        full evaluation then serves all particles at that key, so a sampler whose first token
-        checks at ``ctx`` are all rejected may compute it at once instead of checking on. A
-        hint about cost only: either answer leaves every sampler properly weighted. Default:
-        False.
-        """
-        return False
-
-    async def batch_prefix(self, ctxs: Sequence[Context]) -> np.ndarray:
-        return np.array(await asyncio.gather(*(self.prefix(c) for c in ctxs)), dtype=float)
-
-    async def batch_complete(self, ctxs: Sequence[Context]) -> np.ndarray:
-        return np.array(await asyncio.gather(*(self.complete(c) for c in ctxs)), dtype=float)
-
-    async def batch_logw_next(self, ctxs: Sequence[Context]) -> np.ndarray:
-        rows = await asyncio.gather(*(self.logw_next(c) for c in ctxs))
-        return np.stack(rows) if rows else np.empty((0, self.size))
-
-    def __mul__(self, other: "Potential") -> "Potential":
-        from potentials.product import product
-
-        return product(self, other)
-
+__all__ = ["NEG_INF", "BytePotential", "ByteProduct", "Context", "Potential", "Product", "product"]
 
 S = TypeVar("S")
 
 
-class BytePotential(Potential, Generic[S]):
-    """A potential over UTF-8 bytes driven by an incremental state.
+class BytePotential(ByteContract[S]):
+    """A potential over UTF-8 bytes driven by an incremental state: the contract of
+    ``potentials.contract.ByteContract`` (required members and optional hooks, ``HOOKS``),
+    with the operators ``lift`` and ``*``. Subclass this one."""
 
-    Subclasses implement a persistent (never mutated, shareable) state machine:
-
-        initial()             state of the empty context
-        advance(state, data)  state after the bytes ``data``, or None once the prefix is dead;
-                              costs O(len(data)), independent of how long the prefix already is
-        state_prefix(state)   prefix log weight of a live state (default 0: Boolean constraint)
-        state_complete(state) complete log weight
-
-    Every query follows from these; lifting to a token vocabulary (``lift``) keeps one state per
-    particle and advances it over each candidate token's bytes only.
-    """
-
-    size = 257
-    eos_ids = (256,)
-    #: True when every live state has prefix weight 0, so viability alone decides prefix().
-    boolean: bool = True
-    #: True when an equal ``plain_text_key`` or ``inner_text_key`` means the same liveness in
-    #: every instance of the class (the keys hold no per-instance object, or hold it by
-    #: identity), so that lifting keeps what those keys cache once per LM and class, shared
-    #: by all such potentials, instead of once per potential.
-    shares_text_keys: bool = False
-
-    def extend(self, ctx: bytes, symbol: int) -> bytes:
-        return bytes(ctx) + bytes((int(symbol),))
-
-    def empty(self) -> bytes:
-        return b""
-
-    @abstractmethod
-    def initial(self) -> S: ...
-
-    @abstractmethod
-    def advance(self, state: S, data: bytes) -> S | None: ...
-
-    async def state_prefix(self, state: S) -> float:
-        return 0.0
-
-    @abstractmethod
-    async def state_complete(self, state: S) -> float: ...
-
-    async def complete_after(self, state: S, data: bytes) -> float:
-        """state_complete(advance(state, data)), -inf when that state is dead; a potential may
-        answer without building the state (``Regex`` on its fallback skips the prefix checks,
-        which a complete text passes anyway)."""
-        nxt = self.advance(state, data)
-        return NEG_INF if nxt is None else await self.state_complete(nxt)
-
-    def mask_key(self, state: S) -> Hashable | None:
-        """A hashable key k(state) with: k(s) == k(s') implies, for every byte string d,
-        advance(s, d) is None iff advance(s', d) is None -- or None when there is no cheap one.
-
-        A Boolean potential's next-token mask depends on the key only, so lifting computes one
-        mask per key and shares it between particles (default: None, no sharing).
-        """
-        return None
-
-    def completion_key(self, state: S) -> Hashable | None:
-        """A hashable key under which states are taken to need equally long completions.
-
-        Only heuristics read it (the budget twist, smc.engine.critics, remembers completion lengths
-        under it), never a weight, so it may be coarser than ``mask_key``: it needs to group
-        states whose shortest accepted completions are about as long. Default: ``mask_key``.
-        """
-        return self.mask_key(state)
-
-    def completion(self, state: S) -> bytes | None:
-        """A short y with state_complete(advance(state, y)) > -inf, where one is known cheaply;
-        else None (the default).
-
-        Only the lookahead twist (potentials.lookahead) reads it, and a run's target does not
-        depend on it, so it may be any accepted completion; it must be a function of the state.
-        """
-        return None
-
-    def complete_key(self, state: S) -> Hashable | None:
-        """A hashable key k(state) with: k(s) == k(s') implies, for every byte string d,
-        complete after d from s == complete after d from s' -- or None when there is none.
-
-        A DFA's state is one; a JSON document's configurations are not (its final check
-        reads the whole text). Lifting then computes, once per key, which tokens finish the
-        text (the step before a forced EOS, potentials.finishing). Default: None.
-        """
-        return None
-
-    def final_bytes(self) -> bytes | None:
-        """The bytes a non-empty complete text can end with (a superset is fine), or None
-        when any byte may. Lifting then checks only the tokens ending in one of them for
-        whether they finish the text (potentials.finishing). Default: None.
-        """
-        return None
-
-    def next_bytes(self, state: S) -> Collection[int] | None:
-        """A superset of { b : advance(state, bytes([b])) is not None }, or None when any byte
-        may follow.
-
-        Lifting descends, at trie nodes with many children (the root: ~235 first bytes), only
-        into the children whose first byte is in it, instead of trying each: between JSON
-        values, where about 20 bytes can follow, that skips most of a mask's trie nodes.
-        It must be cheap (a lookup per state). Default: None.
-        """
-        return None
-
-    def alternatives(self, state: S) -> Sequence[S] | None:
-        """None, or states s_1 .. s_m whose futures together are this state's: for every byte
-        string w, advance(state, w) is not None iff advance(s_i, w) is not None for some i.
-
-        Lifting then takes a Boolean potential's mask as the union of the alternatives' masks,
-        each through its own shortcuts (``plain_text_budget``, ``plain_text_key``) and its own
-        ``mask_key``: a JSON string that may be an enum value or free text is two cheap masks,
-        not one walk of the whole vocabulary. Default: None.
-        """
-        return None
-
-    def plain_text_budget(self, state: S) -> float | None:
-        """None, or B >= 0 (inf allowed) such that for every *plain text* w -- complete UTF-8
-        characters, none of them a control character, '"' or '\\' (``is_plain_text``) --
-        advance(state, w) is not None iff w has at most B characters.
-
-        Inside free text (a JSON string with only length limits) this lets lifting decide the
-        plain tokens, nearly all of an LM's vocabulary, in one vectorized comparison.
-        Default: None (no such bound is known).
-        """
-        return None
-
-    def plain_text_key(self, state: S) -> tuple[Hashable, float] | None:
-        """None, or (k, B) with B >= 0 (inf allowed) such that for every raw text w
-        (``is_raw_text``; plain text among it): advance(state, w) is not None iff w begins at
-        most B characters (``chars_begun``) and L_k(w), where the predicate L_k depends on the
-        key k only (states with equal keys agree on it). ``plain_text_budget`` is the case
-        L_k = True, for plain text.
-
-        Inside a string with a ``pattern`` (L_k: the pattern's automaton, in state k, survives
-        w) lifting then computes the plain tokens' L_k once per key and reuses it, whatever
-        the budget. Default: None.
-        """
-        return None
-
-    def plain_text_automata(self, key: Hashable) -> Sequence[Sequence[tuple[Any, Any]]] | None:
-        """None, or L_k of a ``plain_text_key`` k as automata: alternatives, each a sequence
-        of (automaton, its state), with
-
-            L_k(w)  iff  for some alternative, a.walk(q, w) is not None for every (a, q) in it
-
-        (``a.walk(q, w)``: the state after the bytes w, None once no continuation can match,
-        as ``potentials.fsm.ByteDFA.walk``). Lifting then walks the plain tokens through
-        those automata alone, instead of through ``advance``. Default: None.
-        """
-        return None
-
-    def inner_text_key(self, state: S) -> tuple[Hashable, bytes] | None:
-        """None, or (k, stop) such that for every byte string w containing no byte of ``stop``:
-        advance(state, w) is None iff advance(s', w) is None, for every state s' with the same
-        key k, and the text after w is not complete. Inside a JSON string (stop = the quote)
-        the bytes of such a w never leave the string, so whether it lives depends on the
-        string's own checks only, not on the document around it, and the document stays open;
-        lifting then walks the non-plain tokens without a stop byte once per key and only
-        those with one per mask, and looks for tokens that finish the text only among those
-        with a stop byte. Default: None.
-        """
-        return None
-
-    def state_of(self, ctx: bytes) -> S | None:
-        return self.advance(self.initial(), bytes(ctx)) if ctx else self.initial()
-
-    async def prefix(self, ctx: bytes) -> float:
-        state = self.state_of(ctx)
-        return NEG_INF if state is None else await self.state_prefix(state)
-
-    async def complete(self, ctx: bytes) -> float:
-        state = self.state_of(ctx)
-        return NEG_INF if state is None else await self.state_complete(state)
-
-    async def logw_next(self, ctx: bytes) -> np.ndarray:
-        out = np.full(257, NEG_INF)
-        state = self.state_of(ctx)
-        if state is None:
-            return out
-        base = await self.state_prefix(state)
-        if base == NEG_INF:
-            return out
-        for b in range(256):
-            nxt = self.advance(state, bytes((b,)))
-            if nxt is not None:
-                out[b] = await self.state_prefix(nxt) - base
-        out[256] = await self.state_complete(state) - base
-        return out
-
-    def lift(self, lm: LMBackend) -> "Potential":
+    def lift(self, lm: LMBackend) -> Potential:
         """This potential over ``lm``'s token vocabulary (see potentials.lift)."""
-        from potentials.lift import Lifted
-
         return Lifted(self, lm)
 
-
-def utf8_lead(b: int) -> tuple[int, int, int] | None:
-    """(continuation bytes still due, allowed range of the next one) after lead byte b of a
-    well-formed UTF-8 sequence (Unicode's table 3-7: no overlongs, no surrogates); None when
-    b starts none."""
-    if 0xC2 <= b <= 0xDF:
-        return (1, 0x80, 0xBF)
-    if b == 0xE0:
-        return (2, 0xA0, 0xBF)
-    if b == 0xED:
-        return (2, 0x80, 0x9F)  # no UTF-16 surrogates
-    if 0xE1 <= b <= 0xEF:
-        return (2, 0x80, 0xBF)
-    if b == 0xF0:
-        return (3, 0x90, 0xBF)
-    if 0xF1 <= b <= 0xF3:
-        return (3, 0x80, 0xBF)
-    if b == 0xF4:
-        return (3, 0x80, 0x8F)
-    return None
+    def __mul__(self, other: Potential) -> Potential:
+        return product(self, other)
 
 
-def is_raw_text(data: bytes) -> bool:
-    """Raw text: non-empty well-formed UTF-8 that may stop inside its last character, with no
-    control byte (< 0x20), '"' or '\\'; plain text (``is_plain_text``) is raw text of whole
-    characters."""
-    if not data or b'"' in data or b"\\" in data or min(data) < 0x20:
-        return False
-    due = None  # (continuation bytes still due, allowed range of the next one)
-    for b in data:
-        if due is not None:
-            need, lo, hi = due
-            if not lo <= b <= hi:
-                return False
-            due = (need - 1, 0x80, 0xBF) if need > 1 else None
-        elif b >= 0x80:
-            due = utf8_lead(b)
-            if due is None:
-                return False
-    return True
+def product(a: Potential, b: Potential) -> Potential:
+    """``a * b``: a ByteProduct for two byte potentials, else a (token-level) Product."""
+    for p in (a, b):
+        if not isinstance(p, Potential):
+            raise TypeError(f"cannot multiply a potential by {type(p).__name__}")
+    if isinstance(a, BytePotential) and isinstance(b, BytePotential):
+        return ByteProduct(a, b)
+    return Product(a, b)
 
 
-def chars_begun(data: bytes) -> int:
-    """How many characters the UTF-8 bytes ``data`` begin (ASCII bytes and lead bytes)."""
-    return sum(1 for b in data if b < 0x80 or b >= 0xC0)
+class ByteProduct(BytePotential):
+    """Product of two byte potentials; the state is (state of a, state of b)."""
 
+    def __init__(self, a: BytePotential, b: BytePotential):
+        self.a, self.b = a, b
+        self.boolean = a.boolean and b.boolean
 
-def is_plain_text(data: bytes) -> bool:
-    """Plain text in the sense of ``BytePotential.plain_text_budget``: non-empty, complete
-    UTF-8, with no control character (< 0x20), '"' or '\\'."""
-    if not data or b'"' in data or b"\\" in data or min(data) < 0x20:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+    def __repr__(self) -> str:
+        return f"({self.a!r} * {self.b!r})"
 
+    def factors(self) -> tuple[Potential, ...]:
+        return self.a.factors() + self.b.factors()
 
-def logsumexp(x: np.ndarray) -> float:
-    x = np.asarray(x, dtype=float)
-    if x.size == 0:
-        return NEG_INF
-    m = float(np.max(x))
-    if m == NEG_INF or math.isnan(m):
-        return m
-    return m + math.log(float(np.sum(np.exp(x - m))))
+    def initial(self) -> tuple[Any, Any]:
+        return (self.a.initial(), self.b.initial())
 
+    def advance(self, state: tuple[Any, Any], data: bytes) -> tuple[Any, Any] | None:
+        sa = self.a.advance(state[0], data)
+        if sa is None:
+            return None
+        sb = self.b.advance(state[1], data)
+        return None if sb is None else (sa, sb)
 
-def normalized(logw: np.ndarray | Sequence[float]) -> tuple[np.ndarray, float]:
-    """(exp(logw - L), L) with L = logsumexp(logw); zeros and L = -inf when every entry is -inf
-    (or there is none)."""
-    logw = np.asarray(logw, dtype=float)
-    total = logsumexp(logw)
-    if total == NEG_INF:
-        return np.zeros(len(logw)), NEG_INF
-    return np.exp(logw - total), total
+    def mask_key(self, state: tuple[Any, Any]) -> Hashable | None:
+        ka = self.a.mask_key(state[0])
+        kb = None if ka is None else self.b.mask_key(state[1])
+        return None if kb is None else (ka, kb)
+
+    def completion_key(self, state: tuple[Any, Any]) -> Hashable | None:
+        ka = self.a.completion_key(state[0])
+        kb = None if ka is None else self.b.completion_key(state[1])
+        return None if kb is None else (ka, kb)
+
+    def complete_key(self, state: tuple[Any, Any]) -> Hashable | None:
+        ka = self.a.complete_key(state[0])
+        kb = None if ka is None else self.b.complete_key(state[1])
+        return None if kb is None else (ka, kb)
+
+    def final_bytes(self) -> bytes | None:
+        fa, fb = self.a.final_bytes(), self.b.final_bytes()
+        if fa is None or fb is None:
+            return fb if fa is None else fa
+        return bytes(sorted(set(fa) & set(fb)))
+
+    def next_bytes(self, state: tuple[Any, Any]) -> Collection[int] | None:
+        na, nb = self.a.next_bytes(state[0]), self.b.next_bytes(state[1])
+        if na is None or nb is None:
+            return nb if na is None else na
+        return frozenset(na) & frozenset(nb)
+
+    def plain_text_budget(self, state: tuple[Any, Any]) -> float | None:
+        ba = self.a.plain_text_budget(state[0])
+        bb = None if ba is None else self.b.plain_text_budget(state[1])
+        return None if bb is None else min(ba, bb)
+
+    async def state_prefix(self, state: tuple[Any, Any]) -> float:
+        wa = await self.a.state_prefix(state[0])
+        return NEG_INF if wa == NEG_INF else wa + await self.b.state_prefix(state[1])
+
+    async def state_complete(self, state: tuple[Any, Any]) -> float:
+        wa = await self.a.state_complete(state[0])
+        return NEG_INF if wa == NEG_INF else wa + await self.b.state_complete(state[1])

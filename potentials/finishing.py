@@ -132,7 +132,7 @@ class Finishing(Potential):
         inner = self.inner
         if isinstance(inner, Lifted):
             # from the byte state of ctx, without caching the state of every token tried
-            if a in inner._eos or a in inner._blocked:
+            if not inner.is_text(a):
                 return False
             state = inner.state(ctx)
             return state is not None and await inner.potential.complete_after(

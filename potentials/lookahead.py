@@ -6,7 +6,7 @@ is left to find a copy by chance. ``Lookahead`` charges each token for the bytes
 a short completion of the text so far:
 
     y(x)        a short completion of x: bytes with x y accepted (``BytePotential.completion``;
-                for a pattern with backreferences, potentials.regex_completion's shortest),
+                for a pattern with backreferences, potentials.regex.completion's shortest),
     g(x, a)     = 0                                  if a is a prefix of y(x),
                 = -rate * (|a| - d + D_d(x))         else, d = lcp(a, y(x)) (common prefix),
                 = -rate * |a|                        where y(x) is not known,
@@ -41,7 +41,8 @@ import numpy as np
 
 from smc.core.logmath import NEG_INF
 from potentials.base import Potential
-from potentials.lift import Lifted, _per_lm
+from potentials.lift import Lifted
+from potentials.vocab import per_lm
 
 #: completions and twists kept (per Lookahead and its last-step twin)
 CACHE = 50_000
@@ -70,10 +71,10 @@ class Lookahead(Potential):
         self.size, self.eos_ids = lifted.size, tuple(lifted.eos_ids)
         self._eos = frozenset(self.eos_ids)
         vocab = lifted.vocab
-        self._lengths = _per_lm(lifted.lm, ("byte-lengths",),
+        self._lengths = per_lm(lifted.lm, ("byte-lengths",),
                                 lambda: np.array([len(v) for v in vocab], dtype=float))
         # the vocabulary in byte order: the tokens that begin with u are one run of it
-        self._order, self._sorted = _per_lm(lifted.lm, ("byte-order",), lambda: _byte_order(vocab))
+        self._order, self._sorted = per_lm(lifted.lm, ("byte-order",), lambda: _byte_order(vocab))
         # byte state -> y, token context -> G: shared with the last-step twin
         self._y: OrderedDict[Any, bytes | None] = OrderedDict()
         self._twists: OrderedDict[tuple[int, ...], float] = OrderedDict()

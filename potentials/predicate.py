@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 
 from smc.core.logmath import NEG_INF
 from potentials.base import BytePotential
-from potentials.regex import split_utf8
+from potentials.text import split_utf8
 
 Check = Callable[[str], bool] | Callable[[str], Awaitable[bool]]
 

@@ -24,8 +24,9 @@ must be shared by two contexts) and ``PlainTextBudgetContract`` (a ``plain_text_
 means plain text w stays alive iff it has at most B characters; some context must have one);
 ``PlainTextKeyContract``, ``InnerTextKeyContract`` and ``CompleteKeyContract`` check
 ``plain_text_key``, ``inner_text_key`` and ``complete_key`` the same way (some key must be
-shared by two contexts). A byte potential's ``final_bytes``, ``next_bytes`` and
-``alternatives`` are checked by the base contract.
+shared by two contexts). A byte potential's ``boolean``, ``complete_after``, ``completion``,
+``final_bytes``, ``next_bytes`` and ``alternatives`` are checked by the base contract.
+``potentials.contract.HOOKS`` names the check of every hook.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from smc.core.logmath import NEG_INF
-from potentials.base import BytePotential, Potential, chars_begun, is_plain_text, is_raw_text
+from potentials.base import BytePotential, Potential
+from potentials.text import chars_begun, is_plain_text, is_raw_text
 
 TOL = 1e-6
 
@@ -172,6 +174,36 @@ class PotentialContract:
             if claim is not None:
                 claims.append((ctx, state, claim))
         return pot, claims
+
+    @_sync
+    async def test_boolean_means_prefix_zero(self):
+        """A byte potential with ``boolean`` True gives every live context prefix weight 0."""
+        pot = self.potential()
+        if not isinstance(pot, BytePotential) or not pot.boolean:
+            return
+        for ctx, state in _live_states(pot, self.contexts()):
+            assert await pot.state_prefix(state) == 0.0, ctx
+
+    @_sync
+    async def test_complete_after_is_complete_of_advance(self):
+        """A byte potential's ``complete_after(state, w)`` is state_complete(advance(state, w)),
+        -inf where that state is dead, for the empty w and the one-byte and plain probes."""
+        pot = self.potential()
+        if not isinstance(pot, BytePotential):
+            return
+        for ctx, state in _live_states(pot, self.contexts()):
+            for w in [b""] + PLAIN_PROBES[:4] + [b"0", b'"', b"}", b"]", b"\xff"]:
+                nxt = pot.advance(state, w)
+                want = NEG_INF if nxt is None else await pot.state_complete(nxt)
+                assert same(await pot.complete_after(state, w), want), (ctx, w)
+
+    @_sync
+    async def test_completion_is_accepted(self):
+        """A byte potential's ``completion(state)``, where not None, is a y that completes the
+        text: complete_after(state, y) > -inf."""
+        pot, claims = self._byte_claims("completion")
+        for ctx, state, y in claims:
+            assert await pot.complete_after(state, y) > NEG_INF, (ctx, y)
 
     def test_next_bytes_hold_every_live_byte(self):
         """A byte potential's ``next_bytes``, where not None, holds every byte b after which

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from samplers import Draw, TokenSampler
 from smc.core.concurrency import run_all
+from smc.core.errors import InvalidArgument
 from smc.core.logmath import NEG_INF
 from smc.programs.context import LMContext
 from smc.programs.distributions import Distribution
@@ -173,13 +174,5 @@ def _log_weight(logw: float, what: str) -> float:
     """``logw`` as a float, or ValueError naming ``what`` when it is NaN or +inf."""
     logw = float(logw)
     if math.isnan(logw) or logw == math.inf:
-        raise ValueError(f"{what} must be finite or -inf, got {logw}")
-    return logw
-
-
-def _log_weight(logw: float, what: str) -> float:
-    """``logw`` as a float, or ValueError naming ``what`` when it is NaN or +inf."""
-    logw = float(logw)
-    if math.isnan(logw) or logw == math.inf:
-        raise ValueError(f"{what} must be finite or -inf, got {logw}")
+        raise InvalidArgument(f"{what} must be finite or -inf, got {logw}")
     return logw

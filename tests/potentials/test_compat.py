@@ -42,7 +42,7 @@ def test_no_private_api_is_used_outside_the_adapter():
 
 def test_every_opcode_the_compilers_name_is_checked():
     used = set()
-    for name in ("fsm.py", "grammar.py"):
+    for name in ("regex/automaton.py", "grammar/potential.py"):
         used |= set(re.findall(r"\bC\.([A-Z_]+)", (ROOT / "potentials" / name).read_text()))
     assert used and used <= set(_compat.USED_CONSTANTS), used - set(_compat.USED_CONSTANTS)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from potentials.fsm import ByteDFA, InvalidRegex, UnsupportedRegex, compile_regex
+from potentials.regex.automaton import ByteDFA, InvalidRegex, UnsupportedRegex, compile_regex
 
 # (pattern, flags, alphabet for exhaustive strings up to length 5)
 CASES = [
@@ -120,11 +120,11 @@ def test_invalid_utf8_is_dead():
 
 
 def test_ignorecase_agrees_with_re_on_all_cased_code_points():
-    from potentials.fsm import _cased
+    from potentials.regex.automaton import cased_code_points
 
     for pattern in [r"(?i)k", r"(?i)[a-z]", r"(?i)[^s]", r"(?i)ß", r"(?ia)k"]:
         dfa, rx = compile_regex(pattern), re.compile(pattern)
-        for cp in _cased():
+        for cp in cased_code_points():
             ch = chr(cp)
             assert dfa.fullmatch(ch.encode()) == (rx.fullmatch(ch) is not None), (pattern, hex(cp))
 

@@ -61,7 +61,7 @@ def run_file(path: Path, registry) -> tuple[Counter, list]:
     """Counts of agree / disagree / rejected for one suite file, and what went wrong."""
     from jsonschema import Draft202012Validator
 
-    from potentials.json_schema import JSONSchema
+    from potentials.json import JSONSchema
 
     counts: Counter = Counter()
     problems: list = []

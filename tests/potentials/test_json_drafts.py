@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft201909Validator
 
 from smc.core.logmath import NEG_INF
-from potentials.json_schema import JSONSchema
+from potentials.json import JSONSchema
 from potentials.testing import MaskKeyContract
 
 D4 = "http://json-schema.org/draft-04/schema#"
@@ -202,7 +202,7 @@ async def test_catastrophic_pattern_is_checked_in_bounded_time():
 
 async def test_pattern_timeout_verdicts(monkeypatch):
     """A search cut by the time limit keeps a prefix alive and fails the document."""
-    import potentials.json_patterns as jp
+    import potentials.json.patterns as jp
 
     def slow(pattern, text):
         raise jp.PatternTimeout("stand-in for a search past the limit")
@@ -235,7 +235,7 @@ async def test_moderately_deep_schema_works():
 
 def test_cli_reports_deep_and_unknown_schemas_in_one_line(tmp_path, capsys):
     """The CLI builds the constraint before loading a model: bad schemas cost no model load."""
-    from smc.api.cli import main
+    from smc.cli import main
 
     for schema, message in ((nested(400), "nested too deeply"),
                             ({"$schema": "http://json-schema.org/draft-03/schema#"}, "draft-03")):

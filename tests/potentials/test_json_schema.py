@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from smc.core.logmath import NEG_INF
-from potentials.json_schema import JSONSchema
+from potentials.json import JSONSchema
 from potentials.testing import (InnerTextKeyContract, MaskKeyContract, PlainTextBudgetContract,
                                 PlainTextKeyContract, PotentialContract)
 
@@ -523,7 +523,7 @@ async def test_string_checks_are_jsonschema_verdicts(draft, member):
 async def test_transition_memo_is_bounded_and_changes_nothing(monkeypatch):
     """The remembered transitions (one row per set of configurations, keyed by byte or plain
     run) are cleared past STEP_MEMO_LIMIT rows; verdicts are the same with any limit."""
-    import potentials.json_schema as js
+    import potentials.json.potential as js
 
     docs = [b'{"a": 12, "b": "xy"}', b'{"a": -1}', b'{"b": "x", "a": 3, "c": 1}', b'{"a": "x"}',
             b'{"b": "abcd", "a": 0}']

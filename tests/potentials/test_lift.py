@@ -8,8 +8,9 @@ from potentials.testing import PotentialContract
 
 from smc.core.logmath import NEG_INF
 from potentials.base import BytePotential
-from potentials.lift import Lifted, VocabTrie
-from potentials.json_schema import JSONSchema
+from potentials.lift import Lifted
+from potentials.vocab import VocabTrie
+from potentials.json import JSONSchema
 from potentials.regex import Regex
 from smc.backends.toy import ToyLM
 
@@ -180,7 +181,7 @@ def test_trie_holds_every_token_once():
 
 
 def test_char_trie_spells_every_plain_token_level_by_level():
-    from potentials.lift import CharTrie
+    from potentials.lift_text import CharTrie
 
     vocab = [b"a", b"ab", "日本".encode(), "日".encode(), b"b", b"abc", b"x y"]
     trie = CharTrie(vocab, [0, 1, 2, 3, 5, 6])
@@ -374,7 +375,7 @@ async def test_pattern_string_masks_reuse_the_plain_mask_per_automaton_state():
         want = await brute_force(byte_pot, JSON_TOY_VOCAB, {eos}, set(), ctx_bytes)
         np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
     # one plain mask per automaton state, shared by the strings' positions
-    assert len(keys) <= 5 < len(texts) and len(lifted._plain_masks) == len(keys)
+    assert len(keys) <= 5 < len(texts) and len(lifted.text_masks.plain_masks) == len(keys)
     assert byte_pot.plain_text_key(byte_pot.state_of(b"[")) is None  # not inside a string
 
 
@@ -414,7 +415,7 @@ async def test_string_masks_reuse_the_inner_tokens_per_key(schema):
         np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
         lifted._masks.clear()  # every mask computed afresh: the inner cache is what is shared
         np.testing.assert_array_equal(await lifted.logw_next(ctx), want, err_msg=text)
-    assert keyed >= 4 and 0 < len(lifted._inner) < keyed
+    assert keyed >= 4 and 0 < len(lifted.text_masks.inner) < keyed
 
 
 async def test_string_walks_are_shared_by_json_potentials_of_one_lm():
@@ -429,7 +430,8 @@ async def test_string_walks_are_shared_by_json_potentials_of_one_lm():
                {"type": "array", "items": {"type": "string", "maxLength": 2}},
                {"type": "array", "items": {"type": "string", "pattern": "^a*$"}}]
     lifted = [JSONSchema(s).lift(lm) for s in schemas]
-    assert lifted[0]._inner is lifted[3]._inner and lifted[0]._plain_masks is lifted[3]._plain_masks
+    first, last = lifted[0].text_masks, lifted[3].text_masks
+    assert first.inner is last.inner and first.plain_masks is last.plain_masks
     texts = [['["', '["a', '["aé'], ['{"k":"', '{"k":"a'], ['["', '["a', '["aa'], ['["', '["a']]
     sizes = []
     for lift, group in zip(lifted, texts):
@@ -437,7 +439,7 @@ async def test_string_walks_are_shared_by_json_potentials_of_one_lm():
             ctx = tuple(lm.encode(text))
             want = await brute_force(lift.potential, vocab, {eos}, set(), text.encode())
             np.testing.assert_array_equal(await lift.logw_next(ctx), want, err_msg=text)
-        sizes.append(len(lift._inner))
+        sizes.append(len(lift.text_masks.inner))
     assert sizes[1] == sizes[0]  # the object's string values: the array's walks, reused
     assert sizes[2] > sizes[1] and sizes[3] > sizes[2]  # new rooms, then a pattern automaton
 
@@ -527,7 +529,7 @@ async def test_string_alternatives_inside_a_checked_array_reuse_their_inner_mask
     # '["re' and '["ab","re' (and the others after one item) have equal inner keys
     keys = {byte_pot.inner_text_key(byte_pot.state_of(t.encode()))[0] for t in texts}
     assert len(keys) < len(texts)
-    assert len(lifted._nonstop) == len({k for t in texts
+    assert len(lifted.text_masks.nonstop) == len({k for t in texts
                                         for p in byte_pot.alternatives(byte_pot.state_of(t.encode()))
                                         for k in [byte_pot.inner_text_key(p)[0]]})
 
@@ -544,11 +546,11 @@ async def test_escape_states_mask_their_inner_tokens_per_key():
     texts = ['["a\\', '["\\', '["ab","\\', '["\\u', '["\\u00', '["a\\"', '["ab\\']
     await _masks_match_brute_force([lifted], texts, vocab, eos, byte_pot.alternatives)
     keys = {byte_pot.inner_text_key(byte_pot.state_of(t.encode()))[0] for t in texts[:3]}
-    assert len(keys) == 2 and len(lifted._nonstop) >= 2  # '["a\\' and '["ab","\\' share one
+    assert len(keys) == 2 and len(lifted.text_masks.nonstop) >= 2  # '["a\\' and '["ab","\\' share one
 
 
 def test_per_lm_byte_tables_match_the_tokens():
-    from potentials.lift import last_bytes, stop_tokens
+    from potentials.vocab import last_bytes, stop_tokens
 
     vocab = [b"a", b'"b', b"", b'x"}', "é".encode(), b"\\n", b"<eos>", b"}"]
     lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
@@ -564,8 +566,8 @@ def test_char_table_walk_is_the_same_whether_levels_are_arrays_or_nodes(monkeypa
     """The character-table walk steps shallow levels as arrays (below the live nodes only, or
     whole) and the sparse deep levels node by node (``CharTrie.deep``); wherever the cuts
     fall, L_k is the byte walk's."""
-    import potentials.lift as lift_module
-    from potentials.fsm import compile_regex
+    import potentials.lift_text as lift_module
+    from potentials.regex.automaton import compile_regex
 
     monkeypatch.setattr(lift_module, "DEEP_LEVEL", deep_level)
     monkeypatch.setattr(lift_module, "SPARSE_SHARE", sparse_share)
@@ -574,13 +576,23 @@ def test_char_table_walk_is_the_same_whether_levels_are_arrays_or_nodes(monkeypa
     lm = ToyLM(vocab, b"<eos>", lambda ids: [1 / len(vocab)] * len(vocab))
     lifted = Regex("x").lift(lm)
     trie = lift_module.CharTrie(vocab, list(range(len(vocab) - 1)))
-    monkeypatch.setattr(lifted, "_lm_table", lambda build, *a: trie if build is lift_module.plain_char_trie
+    monkeypatch.setattr(lifted.text_masks, "table",
+                        lambda build, *a: trie if build is lift_module.plain_char_trie
                         else Lifted._lm_table(lifted, build, *a))
     for pattern in ["[ab]*", "a+b?c?", "(ab)*a?", "[^c]{0,3}", "a{3,}|b"]:
         dfa = compile_regex(pattern)
         for start in (dfa.start, dfa.walk(dfa.start, b"a")):
             if start is None:
                 continue
-            got = lifted._automata_live([[(dfa, start)]], lifted._lm_table(lift_module.plain_trie))
+            got = lifted.text_masks.automata_live([[(dfa, start)]],
+                                                    lifted.text_masks.table(lift_module.plain_trie))
             want = [t < len(vocab) - 1 and dfa.walk(start, vocab[t]) is not None for t in range(len(vocab))]
             assert got.tolist() == want, (pattern, start)
+
+
+def test_is_text_names_the_tokens_that_stand_for_text():
+    lm = toy_lm()
+    lifted = Regex(r"[ab]*").lift(lm)
+    no_text = ({int(i) for i in lm.eos_token_ids} | set(getattr(lm, "special_token_ids", ()))
+               | {i for i, v in enumerate(lm.vocab) if not v})
+    assert no_text and [t for t in range(lifted.size) if not lifted.is_text(t)] == sorted(no_text)

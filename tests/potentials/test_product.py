@@ -9,9 +9,9 @@ from tests.potentials.test_lift import TOY_CONTEXTS, Weighted, brute_force, toy_
 
 from smc.core.logmath import NEG_INF
 from potentials.base import BytePotential
-from potentials.json_schema import JSONSchema
+from potentials.json import JSONSchema
 from potentials.predicate import Predicate
-from potentials.product import ByteProduct, Product
+from potentials.base import ByteProduct, Product
 from potentials.regex import Regex
 
 CONTEXTS = [b"", b"a", b"ab", b"aba", b"abab", b"b", b"ac", b"\xc3", b"\xc3\xa9", b"\xff"]
@@ -114,3 +114,17 @@ def test_mismatched_vocabularies_are_refused():
         Regex("a") * Regex("a").lift(lm)
     with pytest.raises(TypeError, match="cannot multiply"):
         Regex("a") * 3  # type: ignore[operator]
+    with pytest.raises(TypeError, match="cannot multiply"):
+        Regex("a").lift(lm) * 3  # type: ignore[operator]
+
+
+def test_factors_are_the_leaves_in_order():
+    lm = toy_lm()
+    a, b, c = Regex(r"a+"), Predicate(complete=lambda t: True), Weighted()
+    assert a.factors() == (a,)
+    byte_prod = (a * b) * c
+    assert isinstance(byte_prod, ByteProduct) and byte_prod.factors() == (a, b, c)
+    lifted = byte_prod.lift(lm)
+    assert lifted.potential is byte_prod and lifted.factors() == (a, b, c)
+    token_prod = a.lift(lm) * (b * c).lift(lm)
+    assert isinstance(token_prod, Product) and token_prod.factors() == (a, b, c)

@@ -27,7 +27,7 @@ from pydantic import (
 
 import smc
 from smc.core.logmath import NEG_INF
-from potentials.json_schema import JSONSchema
+from potentials.json import JSONSchema
 from potentials.regex import Regex
 from potentials.testing import MaskKeyContract
 from tests.toy_problems import FastToyLM

@@ -10,7 +10,7 @@ import regex
 from potentials.testing import CompleteKeyContract, MaskKeyContract, PlainTextKeyContract, PotentialContract
 
 from smc.core.logmath import NEG_INF
-from potentials.fsm import InvalidRegex
+from potentials.regex.automaton import InvalidRegex
 from potentials.regex import Regex
 
 
@@ -161,17 +161,17 @@ def _brute(rx, done: str, lo: int, hi: int) -> bool:
     (r"(\d)(?!\1)\d", ["", "5", "٣"]),
 ])
 async def test_partial_character_verdicts_match_brute_force(pattern, texts):
-    # the class representatives (potentials.regex_chars) decide exactly what trying every
+    # the class representatives (potentials.regex.chars) decide exactly what trying every
     # character of the range decides
     pot = Regex(pattern)
     assert not pot.exact
-    from potentials.fsm import _utf8_range
+    from potentials.text import utf8_range
 
     tails = [bytes([b]) for b in range(0xC2, 0xE0)] + [b"\xe2", b"\xe1", b"\xd7"]
     tails += [bytes([0xE0 | (c >> 12), 0x80 | ((c >> 6) & 0x3F)]) for c in (0x100, 0x391, 0x660)]
     for done in texts:
         for tail in tails:
-            span = _utf8_range(tuple(tail))
+            span = utf8_range(tuple(tail))
             if span is None:
                 continue
             want = _brute(pot._rx, done, *span) and pot._rx.fullmatch(done, partial=True)
@@ -185,7 +185,7 @@ async def test_fallback_checks_run_in_bounded_time():
 
     pot = Regex(r"(a|aa)+\1(b|c)*$", timeout=0.05)  # catastrophic backtracking in `regex`
     text = b"a" * 40 + b"d"
-    # the relaxed automaton (potentials.regex_relax) rejects this text before `regex` runs ...
+    # the relaxed automaton (potentials.regex.relax) rejects this text before `regex` runs ...
     assert await pot.complete(text) == NEG_INF and pot.budget_exceeded == 0
     pot.relaxed = None  # ... so switch it off to reach the time budget
     t0 = time.monotonic()
@@ -204,7 +204,7 @@ async def test_fallback_checks_run_in_bounded_time():
 def test_huge_repeats_get_a_clear_error_quickly():
     import time
 
-    from potentials.fsm import RegexTooLarge
+    from potentials.regex.automaton import RegexTooLarge
 
     for pattern in ["a{10000000}", "a{100000000}", "(?:a{10000}){10000}", r"(a)\1{100000000}"]:
         t0 = time.monotonic()

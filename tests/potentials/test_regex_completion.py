@@ -1,4 +1,4 @@
-"""Shortest completions of texts under patterns with backreferences (potentials.regex_completion),
+"""Shortest completions of texts under patterns with backreferences (potentials.regex.completion),
 checked against brute force over short strings."""
 
 import itertools
@@ -8,7 +8,7 @@ import pytest
 import regex
 
 from potentials import Regex
-from potentials.regex_completion import shortest_completion
+from potentials.regex.completion import shortest_completion
 
 
 def brute(pattern: str, text: str, alphabet: str, longest: int) -> int | None:

@@ -65,9 +65,9 @@ async def test_example_prefixes_viable_and_no_dead_partial_characters(row):
 
 
 def _some_character_continues(pattern: str, text: str, tail: bytes) -> bool:
-    from potentials.fsm import _utf8_range
+    from potentials.text import utf8_range
 
-    lo, hi = _utf8_range(tuple(tail))
+    lo, hi = utf8_range(tuple(tail))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         rx = regex.compile(pattern)

@@ -1,4 +1,4 @@
-"""The fallback's sound dead-prefix tests (potentials.regex_relax), on the genlm-eval patterns
+"""The fallback's sound dead-prefix tests (potentials.regex.relax), on the genlm-eval patterns
 that left no finished sample (tests/data/patterns_nosample.csv) and on hand-made corner cases.
 
 Soundness (a satisfiable prefix is never lost) is checked against the ``regex`` package itself:
@@ -19,7 +19,7 @@ import regex
 
 from smc.core.logmath import NEG_INF
 from potentials.regex import Regex
-from potentials.regex_relax import leading_negative_lookaheads, mark_recursion, relaxed_automaton
+from potentials.regex.relax import leading_negative_lookaheads, mark_recursion, relaxed_automaton
 
 DATA = Path(__file__).parents[1] / "data"
 

@@ -151,7 +151,7 @@ def test_old_module_paths_warn_and_give_the_same_objects():
     import smc.programs.sharing
 
     with pytest.warns(DeprecationWarning, match="is_shared"):
-        from smc.model import is_shared
+        from smc.programs.sharing import is_shared
     assert is_shared is smc.programs.sharing.is_shared and is_shared(CONSTRAINT)
 
 

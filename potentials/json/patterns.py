@@ -14,7 +14,7 @@ unbounded.) The verdict on a timeout: while generating, the check is undecided a
 is kept; at ``complete`` the validator raises and the document is rejected.
 
 ``extended(cls)`` is a jsonschema validator class with ``pattern``, ``patternProperties`` and
-``additionalProperties`` using this search (potentials.json_drafts builds one per draft).
+``additionalProperties`` using this search (potentials.json.drafts builds one per draft).
 """
 
 from __future__ import annotations

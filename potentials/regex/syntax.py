@@ -30,7 +30,8 @@ import warnings
 
 import regex as regex_pkg
 
-from potentials.fsm import SUR_HI, SUR_LO, all_chars
+from potentials.regex.chars import all_chars
+from potentials.text import SUR_HI, SUR_LO
 
 PUA_BASE = 0xF0000  # plane 15 private use: placeholders
 

@@ -13,7 +13,7 @@ validator on the scalar against the members that need it; containers are left to
 
 Members are schema nodes (contents plus the ``referencing`` resolver jsonschema itself would use
 there, and the node's draft: facts are drawn from its keywords in 2020-12 terms,
-potentials.json_drafts.view, and checks run that draft's validator on its own keywords), constants (one candidate of an ``enum``/``const`` that is an object or an array, fixed
+potentials.json.drafts.view, and checks run that draft's validator on its own keywords), constants (one candidate of an ``enum``/``const`` that is an object or an array, fixed
 when the container opens) and key restrictions (the names an object with
 ``additionalProperties: false`` allows).
 """
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from potentials._compat import base_uri, json_equal, require, validator_resolver, with_resolver
-from potentials.fsm import UnsupportedRegex, compile_regex
-from potentials.json_drafts import (
+from potentials.regex.automaton import UnsupportedRegex, compile_regex
+from potentials.json.drafts import (
     DEFAULT,
     LIST_OF_SCHEMAS,
     MAP_OF_SCHEMAS,
@@ -37,8 +37,8 @@ from potentials.json_drafts import (
     draft_of,
     view,
 )
-from potentials import json_patterns
-from potentials.json_patterns import maybe_search
+from potentials.json import patterns as json_patterns
+from potentials.json.patterns import maybe_search
 
 TYPES = ("null", "boolean", "object", "array", "string", "number")
 #: a disjunction larger than this is not split; its member is then checked when a scalar ends

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lark
+
 from potentials._compat import C, parse_regex, subtrees, tree_items
 from smc.core.logmath import NEG_INF
 from potentials.base import BytePotential
-from potentials.earley import CFG, Column, Earley, TokenDFA
-from potentials.fsm import UnsupportedRegex, compile_regex
+from potentials.grammar.earley import CFG, Column, Earley, TokenDFA
+from potentials.regex.automaton import UnsupportedRegex, compile_regex
 
 # lark's common.ESCAPED_STRING uses a lookbehind and relies on its lazy first match; read that
 # way it is exactly this regular language (checked exhaustively against lark in the tests).
@@ -31,8 +33,8 @@ class Grammar(BytePotential[Column]):
     language). Rules and terminals come from lark itself, so every grammar feature lark resolves
     (``%import``, templates, ``?rule``, ``_inline``, aliases, ``[]``/``*``/``+``, literals with
     ``i``, regex flags, ``%override``/``%extend``) works. Parsing is a byte-level Earley
-    recognizer whose terminals are byte automata (``potentials.fsm``); its state is persistent,
-    so advancing over k bytes costs O(k) columns whatever the prefix length.
+    recognizer whose terminals are byte automata (``potentials.regex.automaton``); its state is
+    persistent, so advancing over k bytes costs O(k) columns whatever the prefix length.
 
     Matching details, following lark's dynamic_complete lexer:
     - a terminal whose regex has a lazy quantifier (``*?``, ``+?``, ...) matches its shortest
@@ -100,8 +102,6 @@ class Grammar(BytePotential[Column]):
 
 def _to_cfg(lark_text: str, start: str) -> CFG:
     """lark's own rules and terminals, with each terminal compiled to a byte automaton."""
-    import lark
-
     try:
         parser = lark.Lark(lark_text, start=start, parser="earley", lexer="dynamic_complete")
     except lark.exceptions.LarkError as e:

@@ -6,7 +6,7 @@
 ``fullmatch`` is Python ``re``'s where ``re`` accepts the pattern, else the ``regex`` package's
 (VERSION0 unless the pattern or ``flags`` ask for VERSION1); see ``docs/constraints/regex.md``.
 
-Patterns that ``potentials.fsm`` compiles run on a byte automaton: the state is an int, advancing
+Patterns that ``potentials.regex.automaton`` compiles run on a byte automaton: the state is an int, advancing
 costs O(1) per byte, and ``prefix`` is exact.
 
 Other patterns (backreferences, recursion, conditionals, lookarounds, atomic groups, ...) fall
@@ -19,7 +19,7 @@ incremental). With t the text of the complete characters and u an incomplete las
 
 so a fully matching text is extended by a partial character only if some character after it can
 continue the match. ``regex``'s partial matching is permissive (a lookahead that reaches the end
-of the text makes any text "partial"), so two sound tests run first (``potentials.regex_relax``):
+of the text makes any text "partial"), so two sound tests run first (``potentials.regex.relax``):
 the text must be a live prefix of R(P), a regular superset of L(P) (lookarounds relaxed,
 backreferences read as their group's body, recursion as strings of the pattern's characters),
 and no extension-stable leading ``(?!C)`` may already match it. Either "dead" is final, so
@@ -43,19 +43,18 @@ from typing import Any, Hashable, Iterable, Sequence
 
 from smc.core.logmath import NEG_INF
 from potentials.base import BytePotential
-from potentials.regex_chars import representatives
-from potentials.regex_completion import shortest_completion
-from potentials.fsm import (
+from potentials.regex.chars import representatives
+from potentials.regex.completion import shortest_completion
+from potentials.regex.automaton import (
     ByteDFA,
     InvalidRegex,
     UnsupportedRegex,
-    _utf8_len,
-    _utf8_range,
     check_flags,
     compile_regex,
     regex_package_compile,
 )
-from potentials.regex_relax import leading_negative_lookaheads, relaxed_automaton
+from potentials.regex.relax import leading_negative_lookaheads, relaxed_automaton
+from potentials.text import split_utf8, utf8_range
 
 #: default time budget (seconds) of one prefix or completion check in fallback mode
 DEFAULT_TIMEOUT = 1.0
@@ -69,17 +68,6 @@ def _automaton(pattern: str, flags: int) -> ByteDFA:
     transition table as texts reach new states, so a later generation with the pattern starts
     with the states earlier ones reached instead of determinizing them again."""
     return compile_regex(pattern, flags, lookaround=True)
-
-
-def split_utf8(data: bytes) -> tuple[str, bytes] | None:
-    """(text of the complete characters, incomplete last character) or None if invalid UTF-8."""
-    try:
-        return data.decode("utf-8"), b""
-    except UnicodeDecodeError as e:
-        tail = data[e.start:]
-        if e.end != len(data) or len(tail) >= _utf8_len(tail[0]) or _utf8_range(tuple(tail)) is None:
-            return None
-        return data[: e.start].decode("utf-8"), tail
 
 
 class Regex(BytePotential):
@@ -111,7 +99,7 @@ class Regex(BytePotential):
             self.dfa = None
             self.fallback_reason = str(e)
             self._rx = regex_package_compile(pattern, self.flags)
-            # sound dead-prefix tests in front of the regex package (potentials.regex_relax)
+            # sound dead-prefix tests in front of the regex package (potentials.regex.relax)
             self.relaxed = relaxed_automaton(pattern, self.flags)
             self.negative_leads = leading_negative_lookaheads(pattern, self.flags)
             self._relaxed_at: dict[bytes, int] = {}
@@ -136,7 +124,7 @@ class Regex(BytePotential):
         return state if self.dfa is not None else None
 
     def completion(self, state: Any) -> bytes | None:
-        """On the fallback, the shortest completion that potentials.regex_completion finds for
+        """On the fallback, the shortest completion that potentials.regex.completion finds for
         the text (None past its budget, for syntax it does not search, or after an incomplete
         UTF-8 character); None on the automaton."""
         if self.dfa is not None:
@@ -206,7 +194,7 @@ class Regex(BytePotential):
 
     def _lead_kills(self, done: str) -> bool:
         """Some extension-stable leading (?!C) of the pattern already matches at the start of
-        ``done``, so no completion can match (potentials.regex_relax); False when out of time."""
+        ``done``, so no completion can match (potentials.regex.relax); False when out of time."""
         for rx in self.negative_leads:
             try:
                 if rx.match(done, timeout=self.timeout) is not None:
@@ -254,9 +242,9 @@ class Regex(BytePotential):
     def _tail_viable(self, done: str, tail: bytes, deadline: float) -> bool:
         # One representative per class of characters the pattern cannot tell apart, plus the
         # characters of ``done`` up to case (backreferences compare with them); see
-        # potentials.regex_chars. Without classes every character is tried. Out of time the
+        # potentials.regex.chars. Without classes every character is tried. Out of time the
         # prefix is kept, never dropped.
-        lo, hi = _utf8_range(tuple(tail))
+        lo, hi = utf8_range(tuple(tail))
         reps = representatives(self.pattern, lo, hi)
         # the classes are computed once per pattern (bounded: linear in its atoms); the budget
         # is for the regex calls

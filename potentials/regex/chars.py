@@ -18,6 +18,9 @@ to a character of t, give t + c the same verdict, and
 decides the question exactly with a few calls. Syntax whose character tests are not atoms
 (``\\X`` graphemes, Unicode word boundaries under the WORD flag, named lists, fuzzy matching)
 makes ``atoms_of`` return None, and the caller tries every character instead.
+
+``all_chars`` is the text of every code point in order, the one string through which this
+module, the automaton and the syntax translation ask a regex engine about every character.
 """
 
 from __future__ import annotations
@@ -28,11 +31,18 @@ import warnings
 
 import regex as regex_pkg
 
-from potentials.fsm import all_chars
+from potentials.text import MAXCP
 
 # character classes anchors and `.` consult, always among the atoms
 _BASE_ATOMS = [r"\w", r"(?a)\w", r"\d", r"\s", r"\n", r".", r"(?s).", r"\r"]
 _ZERO_WIDTH = set("bBAZzGmMK")
+
+
+@functools.lru_cache(maxsize=1)
+def all_chars() -> str:
+    """chr(0) chr(1) ... chr(MAXCP), surrogates included, so offset = code point (one 4.5 MB
+    string per process, shared by everything that asks a regex engine about every character)."""
+    return "".join(map(chr, range(MAXCP + 1)))
 
 
 def _escape_end(pattern: str, i: int) -> int | None:

@@ -5,9 +5,9 @@
                           V(schema, format_checker=V.FORMAT_CHECKER) accepts json.loads(x), V the
                           jsonschema validator of the draft the schema's ``$schema`` declares
                           (2020-12 when none); else -inf. Patterns are searched with the regex
-                          package in bounded time (potentials.json_patterns): a search past its
+                          package in bounded time (potentials.json.patterns): a search past its
                           time limit fails the document.
-    prefix(x)   = 0  iff  the incremental recognizer (potentials.json_machine) is still alive
+    prefix(x)   = 0  iff  the incremental recognizer (potentials.json.machine) is still alive
 
 A pydantic v2 model class M is a schema too: ``JSONSchema(M)`` uses M.model_json_schema() (its
 validation-mode schema, Draft 2020-12) and adds M's own validation at completion,
@@ -28,10 +28,10 @@ from jsonschema.exceptions import SchemaError
 
 from smc.core.logmath import NEG_INF
 from potentials.base import BytePotential
-from potentials.json_clauses import Schemas
-from potentials.json_machine import Machine, remembered
-from potentials.json_drafts import DEFAULT, VALIDATORS, draft_of, strip_declarations
-from potentials.json_patterns import SCHEMA_FORMATS
+from potentials.json.clauses import Schemas
+from potentials.json.machine import Machine, remembered
+from potentials.json.drafts import DEFAULT, VALIDATORS, draft_of, strip_declarations
+from potentials.json.patterns import SCHEMA_FORMATS
 
 #: sets of configurations whose next bytes and open start are kept before the table is cleared
 MEMO_LIMIT = 50_000
@@ -76,7 +76,7 @@ class JSONSchema(BytePotential[JSONState]):
     Facts are drawn from each draft's keywords (``id``/``$id``, ``definitions``, array-form
     ``items`` with ``additionalItems``, ``$ref`` overriding its siblings up to draft 7,
     ``$recursiveRef``), and scalar and final checks run that draft's validator
-    (potentials.json_drafts).
+    (potentials.json.drafts).
 
     Args:
         schema: the schema, as a dict, a boolean, JSON text, or a pydantic v2 ``BaseModel``

@@ -3,7 +3,7 @@ and the view of a subschema's keywords in Draft 2020-12 terms that the clause co
 
 A (sub)schema's draft is the one its ``$schema`` names, else its parent's; the root's default is
 2020-12. ``view(s, d)`` rewrites the keywords of subschema s of draft d that the clause
-compiler (potentials.json_clauses) draws facts from into their 2020-12 meaning:
+compiler (potentials.json.clauses) draws facts from into their 2020-12 meaning:
 
     d <= 7:        {"$ref": r, ...}          ->  {"$ref": r}   (siblings of $ref are ignored)
     d <= 2019-09:  "items": [s1..sn]         ->  "prefixItems": [s1..sn],
@@ -31,7 +31,7 @@ from jsonschema import (
     Draft202012Validator,
 )
 
-from potentials.json_patterns import extended
+from potentials.json.patterns import extended
 
 #: draft name -> (stock validator class, referencing specification)
 _STOCK = {
@@ -54,7 +54,7 @@ _URIS = {
 _OLDER = ("draft-03", "draft-02", "draft-01", "draft-00")
 
 #: the validator class per draft: the stock one with the regex fallback and time bound of
-#: potentials.json_patterns for pattern, patternProperties and additionalProperties
+#: potentials.json.patterns for pattern, patternProperties and additionalProperties
 VALIDATORS = {name: extended(cls) for name, (cls, _) in _STOCK.items()}
 SPECS = {name: spec for name, (_, spec) in _STOCK.items()}
 
@@ -136,7 +136,7 @@ def strip_declarations(schema: Any, draft: str, lookup: Callable[[str], Any] | N
 
 #: the keywords of drafts 4 to 2020-12 whose value is one subschema (``items`` may instead be a
 #: list), a list of subschemas, or a map from names to subschemas (``dependencies`` values may
-#: instead be lists of names); potentials.json_clauses walks a subset of them
+#: instead be lists of names); potentials.json.clauses walks a subset of them
 ONE_SCHEMA = frozenset(
     {"not", "if", "then", "else", "additionalProperties", "propertyNames", "items", "contains",
      "unevaluatedItems", "unevaluatedProperties", "contentSchema", "additionalItems"}

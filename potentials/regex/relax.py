@@ -43,23 +43,26 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import regex
+
 from potentials._compat import C, subtrees, tree_items
-from potentials.fsm import (
-    MAXCP,
+from potentials.regex.automaton import (
     ByteDFA,
     InvalidRegex,
     UnsupportedRegex,
     Intervals,
-    _NFA,
-    _normalize,
-    _render,
-    all_chars,
+    NFA,
+    normalized_intervals,
+    render_item,
     parse_flags,
     parse_regex_package_syntax,
+    regex_package_compile,
 )
+from potentials.regex.chars import all_chars
+from potentials.text import MAXCP
 
 #: a private-use code point standing for one character of the pattern's alphabet (recursion);
-#: potentials.regex_syntax allocates its placeholders from U+F0000 upwards, far below it
+#: potentials.regex.syntax allocates its placeholders from U+F0000 upwards, far below it
 RECURSION_MARK = 0xFFFFD
 _ANY = ((0, MAXCP),)
 
@@ -179,7 +182,7 @@ def _groups(seq, flags: int, out: dict[int, tuple[Any, int]]) -> dict[int, tuple
     return out
 
 
-class _RelaxedNFA(_NFA):
+class _RelaxedNFA(NFA):
     """An NFA of the superset R(P) of the module docstring."""
 
     def __init__(self, pattern: str, placeholders: dict, groups: dict):
@@ -240,10 +243,10 @@ class _RelaxedNFA(_NFA):
         if any(o is C.LITERAL and a in self.placeholders for o, a in items):
             return _ANY
         negate = op is C.NOT_LITERAL or (bool(items) and items[0][0] is C.NEGATE)
-        body = "".join(_render(o, a) for o, a in items if o is not C.NEGATE)
+        body = "".join(render_item(o, a) for o, a in items if o is not C.NEGATE)
         other = _regex_set("[" + ("^" if negate else "") + body + "]",
                            flags & (C.SRE_FLAG_IGNORECASE | C.SRE_FLAG_ASCII))
-        return _normalize([*ivs, *other])
+        return normalized_intervals([*ivs, *other])
 
     def check_lookaheads(self) -> None:
         """No lookahead is built into R(P) (they are all relaxed to 'holds')."""
@@ -253,8 +256,6 @@ class _RelaxedNFA(_NFA):
 def _regex_set(item: str, flags: int) -> Intervals:
     """The code points the ``regex`` package (VERSION0) matches with the one-character ``item``
     under re's IGNORECASE/ASCII ``flags``."""
-    import regex
-
     rflags = regex.VERSION0 | (regex.IGNORECASE if flags & C.SRE_FLAG_IGNORECASE else 0) | (
         regex.ASCII if flags & C.SRE_FLAG_ASCII else 0)
     rx = regex.compile("(?:" + item + ")+", rflags)
@@ -263,7 +264,7 @@ def _regex_set(item: str, flags: int) -> Intervals:
 
 def _tree(pattern: str, flags: int) -> tuple[Any, int, dict] | None:
     """(re parse tree, global flags, placeholders) of ``pattern``, through
-    potentials.regex_syntax for regex-only syntax; None when neither route parses it."""
+    potentials.regex.syntax for regex-only syntax; None when neither route parses it."""
     try:
         tree, gflags = parse_flags(pattern, flags)
         return tree, gflags, {}
@@ -277,10 +278,8 @@ def relaxed_automaton(pattern: str, flags: int = 0) -> ByteDFA | None:
 
     Args:
         pattern: a pattern the ``regex`` package compiles (the fallback's).
-        flags: ``re`` flags as checked by ``potentials.fsm.check_flags``.
+        flags: ``re`` flags as checked by ``potentials.regex.automaton.check_flags``.
     """
-    import regex
-
     if flags & (regex.VERSION1 | regex.VERBOSE) or "(?V1)" in pattern:
         return None  # VERSION1 sets and full case folding differ from re's reading
     marked = mark_recursion(pattern)
@@ -300,7 +299,7 @@ def relaxed_automaton(pattern: str, flags: int = 0) -> ByteDFA | None:
             # the alphabet S: every set the pattern matches characters with
             probe = _RelaxedNFA(pattern, {**placeholders, RECURSION_MARK: ()}, groups)
             probe.build(items, probe.new(), gflags, pattern)
-            alphabet = _normalize([iv for s in probe.sets for iv in s])
+            alphabet = normalized_intervals([iv for s in probe.sets for iv in s])
             placeholders = {**placeholders, RECURSION_MARK: alphabet}
         nfa = _RelaxedNFA(pattern, placeholders, groups)
         start = nfa.new()
@@ -332,8 +331,6 @@ def leading_negative_lookaheads(pattern: str, flags: int = 0) -> list:
     """Compiled ``regex`` patterns C_i of the extension-stable leading negative lookaheads of
     ``pattern`` (module docstring, 2); [] when there are none or the pattern is outside the
     simple prefix syntax read here (anchors ``^ \\A \\b`` and lookaheads, no inline flags)."""
-    import regex
-
     if flags & (regex.VERSION1 | regex.VERBOSE):
         return []
     out, i, shifted = [], 0, False
@@ -362,8 +359,6 @@ def leading_negative_lookaheads(pattern: str, flags: int = 0) -> list:
 
 def _stable_body(body: str, flags: int):
     """regex.compile(body) when ``body`` parses with re and is extension-stable, else None."""
-    from potentials.fsm import regex_package_compile
-
     try:
         tree, _ = parse_flags(body, flags)
         rx = regex_package_compile(body, flags)

@@ -28,14 +28,15 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from potentials.fsm import _utf8_len
+from potentials.text import utf8_len
 
 UNSEEN = -2
 SURROGATES = (0xD800, 0xDFFF)
 
 
 class TokenDFA:
-    """A terminal's byte automaton (a ``potentials.fsm.ByteDFA``) with lark's matching mode.
+    """A terminal's byte automaton (``potentials.regex.automaton.ByteDFA``) with lark's matching
+    mode.
 
     shortest: the terminal is read by its shortest match (lazy regexes); an accepting state
     then has no continuation.
@@ -73,7 +74,7 @@ class TokenDFA:
         """Code points where the automaton's classes begin: code points between two cuts are
         treated alike, so one character per class stands for all (ByteDFA's class bounds)."""
         return frozenset(
-            cp for cp in self.dfa._bounds if not SURROGATES[0] <= cp <= SURROGATES[1]
+            cp for cp in self.dfa.class_bounds if not SURROGATES[0] <= cp <= SURROGATES[1]
         )
 
     def can_continue(self, q: int) -> bool:
@@ -246,7 +247,7 @@ class Earley:
 
     def _step(self, col: Column, b: int) -> Column | None:
         terms, ignores = self.terms, self.ignores
-        left = (_utf8_len(b) - 1) if col.utf8_left == 0 else col.utf8_left - 1
+        left = (utf8_len(b) - 1) if col.utf8_left == 0 else col.utf8_left - 1
         # guard and ignore look-ahead checks run on whole characters; inside a multi-byte
         # character they wait for its last byte (the lexeme is kept until then)
         boundary = left == 0

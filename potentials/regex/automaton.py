@@ -24,7 +24,7 @@ in O(1).
   L((?s:.*)B), read off B's automaton stepped along with the main one. B may not look past its
   own end (``$ \\Z \\b \\B``, lookarounds, backreferences): those stay unsupported.
 - ``regex``-package-only syntax (``\\p{..}``, VERSION1 set operations, ``(?<name>..)``): see
-  ``potentials.regex_syntax``; its character tests are computed by the ``regex`` package itself.
+  ``potentials.regex.syntax``; its character tests are computed by the ``regex`` package itself.
 - Case-insensitive sets are made exact by asking Python's ``re`` itself about every cased code
   point, so ``IGNORECASE`` agrees with ``re`` including its special folds (e.g. the Kelvin sign).
 - Lookaheads, backreferences, conditional groups, atomic groups and possessive repeats raise
@@ -41,6 +41,9 @@ import threading
 from array import array
 from typing import Any, Iterable
 
+import numpy as np
+import regex
+
 from potentials._compat import (
     C,
     parse_regex,
@@ -52,9 +55,10 @@ from potentials._compat import (
     unicode_tolower,
     width,
 )
+from potentials.regex.chars import all_chars
+from potentials.regex.syntax import translate
+from potentials.text import MAXCP, SUR_HI, SUR_LO, utf8_len, utf8_range
 
-MAXCP = 0x10FFFF
-SUR_LO, SUR_HI = 0xD800, 0xDFFF
 UNCOMPUTED, DEAD = -2, -1
 _NEW_ROW = array("i", [UNCOMPUTED] * 256)
 #: largest NFA built; bigger patterns raise RegexTooLarge (the Regex potential then falls back to
@@ -90,7 +94,8 @@ class InvalidRegex(ValueError):
 # ---------------------------------------------------------------------------- code-point sets
 
 
-def _normalize(ivs: Iterable[tuple[int, int]]) -> Intervals:
+def normalized_intervals(ivs: Iterable[tuple[int, int]]) -> Intervals:
+    """The union of the closed ranges ``ivs``, as sorted disjoint non-adjacent ranges."""
     out: list[list[int]] = []
     for lo, hi in sorted(ivs):
         if out and lo <= out[-1][1] + 1:
@@ -111,13 +116,6 @@ def _complement(ivs: Intervals) -> Intervals:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=1)
-def all_chars() -> str:
-    """chr(0) chr(1) ... chr(MAXCP), surrogates included, so offset = code point (one 4.5 MB
-    string per process, shared by everything that asks a regex engine about every character)."""
-    return "".join(map(chr, range(MAXCP + 1)))
-
-
 @functools.lru_cache(maxsize=None)
 def _category(escape: str, ascii_: bool) -> Intervals:
     """The code points ``re`` puts in ``\\d``, ``\\w`` or ``\\s`` (read off re itself; no
@@ -127,7 +125,7 @@ def _category(escape: str, ascii_: bool) -> Intervals:
 
 
 @functools.lru_cache(maxsize=1)
-def _cased() -> tuple[int, ...]:
+def cased_code_points() -> tuple[int, ...]:
     """Every code point that takes part in any case mapping (a generous superset)."""
     out = set()
     for cp in range(MAXCP + 1):
@@ -150,7 +148,7 @@ _CATEGORY = {
 }
 
 
-def _render(op, av) -> str:
+def render_item(op, av) -> str:
     """One set item in re syntax (so that re itself can be asked about it)."""
     if op is C.LITERAL:
         return "\\U%08x" % av
@@ -180,11 +178,11 @@ def _charset(items: tuple, flags: int) -> Intervals:
     ascii_ = bool(flags & C.SRE_FLAG_ASCII)
     negate = bool(items) and items[0][0] is C.NEGATE
     body = items[1:] if negate else items
-    ivs = _normalize(iv for op, av in body for iv in _item_set(op, av, ascii_))
+    ivs = normalized_intervals(iv for op, av in body for iv in _item_set(op, av, ascii_))
     if flags & C.SRE_FLAG_IGNORECASE and body:
-        rx = re.compile("[" + "".join(_render(op, av) for op, av in body) + "]",
+        rx = re.compile("[" + "".join(render_item(op, av) for op, av in body) + "]",
                         re.IGNORECASE | (re.ASCII if ascii_ else 0))
-        cased = _cased()
+        cased = cased_code_points()
         hits = [(cp, cp) for cp in cased if rx.fullmatch(chr(cp))]
         # outside the cased code points membership is the plain one
         keep: list[tuple[int, int]] = []
@@ -198,7 +196,7 @@ def _charset(items: tuple, flags: int) -> Intervals:
                 i += 1
             if start <= hi:
                 keep.append((start, hi))
-        ivs = _normalize(keep + hits)
+        ivs = normalized_intervals(keep + hits)
     return _complement(ivs) if negate else ivs
 
 
@@ -212,11 +210,15 @@ _UNSUPPORTED = {
 }
 
 
-class _NFA:
+class NFA:
+    """A Thompson NFA over code-point sets under construction: ``build`` adds a parse tree's
+    items between two states; ``ByteDFA`` determinizes it (the relaxed automata of
+    potentials.regex.relax extend it)."""
+
     def __init__(self, pattern: str = "", placeholders: dict[int, Intervals] | None = None,
                  lookaround: bool = False):
         self.pattern, self.allow_lookaround = pattern, lookaround
-        # private-use code points standing for character sets (potentials.regex_syntax)
+        # private-use code points standing for character sets (potentials.regex.syntax)
         self.placeholders = placeholders or {}
         self.eps: list[list[tuple[int | None, int]]] = []
         self.chars: list[list[tuple[int, int]]] = []
@@ -226,7 +228,7 @@ class _NFA:
         # lookbehinds (?<=B) / (?<!B): (ByteDFA of (?s:.*)B, positive?) -- guards on epsilon edges
         self.lookbehinds: list[tuple["ByteDFA", bool]] = []
         # lookaheads that only the end of the text can see: (NFA of C, its start, its final)
-        self.lookaheads: list[tuple["_NFA", int, int, bool]] = []
+        self.lookaheads: list[tuple["NFA", int, int, bool]] = []
         self._la_edges: list[int] = []  # their targets, checked by check_lookaheads
 
     def new(self) -> int:
@@ -327,7 +329,7 @@ class _NFA:
                 if rest and rest[0][0] is C.NEGATE:
                     raise AssertionError("a negated set holding a placeholder")
                 ivs = _charset(tuple(rest), flags) if rest else ()
-                return _normalize([*ivs, *(iv for s in held for iv in s)])
+                return normalized_intervals([*ivs, *(iv for s in held for iv in s)])
         if op is C.LITERAL:
             return _charset(((C.LITERAL, av),), flags)
         if op is C.NOT_LITERAL:
@@ -419,7 +421,7 @@ class _NFA:
         if not _lookbehind_body_ok(body):
             raise UnsupportedRegex(f"regex {pattern!r} uses a lookbehind whose body has "
                                    "lookarounds, backreferences or end anchors")
-        sub = _NFA(pattern, self.placeholders)
+        sub = NFA(pattern, self.placeholders)
         loop = sub.new()
         sub.chars[loop].append((sub.set_id(((0, MAXCP),)), loop))
         final = sub.build(body, loop, flags, pattern)
@@ -437,7 +439,7 @@ class _NFA:
         if not _no_lookarounds(body):
             raise UnsupportedRegex(f"regex {pattern!r} uses a lookahead holding lookarounds or "
                                    "backreferences")
-        sub = _NFA(pattern, self.placeholders)
+        sub = NFA(pattern, self.placeholders)
         start = sub.new()
         final = sub.build(body, start, flags, pattern)
         self.lookaheads.append((sub, start, final, positive))
@@ -482,7 +484,7 @@ def _lookbehind_body_ok(seq) -> bool:
     return True
 
 
-def _empty_at_end(sub: "_NFA", start: int, final: int, prev) -> bool:
+def _empty_at_end(sub: "NFA", start: int, final: int, prev) -> bool:
     """Does C match the empty string at the end of the text, after a character of kind prev?"""
     seen, stack = {start}, [start]
     while stack:
@@ -523,46 +525,12 @@ def _holds(kind: int, prev: Kind | None, nxt: Kind | None) -> bool:
 
 def _dense(rows: list[list[int]], width: int) -> "np.ndarray":
     """``rows`` (-1: dead) as an int32 array with a last, absorbing dead row."""
-    import numpy as np
-
     dead = len(rows)
     table = np.full((dead + 1, width), dead, dtype=np.int32)
     if rows:
         got = np.asarray(rows, dtype=np.int32).reshape(dead, width)
         table[:dead] = np.where(got < 0, dead, got)
     return table
-
-
-def _utf8_range(part: tuple[int, ...]) -> tuple[int, int] | None:
-    """Code points whose UTF-8 encoding starts with the incomplete sequence ``part``."""
-    lead = part[0]
-    if 0xC2 <= lead <= 0xDF:
-        n, lo_cp, hi_cp, bits = 2, 0x80, 0x7FF, lead & 0x1F
-    elif 0xE0 <= lead <= 0xEF:
-        n, lo_cp, hi_cp, bits = 3, 0x800, 0xFFFF, lead & 0x0F
-    elif 0xF0 <= lead <= 0xF4:
-        n, lo_cp, hi_cp, bits = 4, 0x10000, MAXCP, lead & 0x07
-    else:
-        return None
-    for b in part[1:]:
-        if not 0x80 <= b <= 0xBF:
-            return None
-        bits = (bits << 6) | (b & 0x3F)
-    free = 6 * (n - len(part))
-    lo, hi = max(bits << free, lo_cp), min(((bits + 1) << free) - 1, hi_cp)
-    if n == 3:
-        if SUR_LO <= lo and hi <= SUR_HI:
-            return None
-        if SUR_LO <= hi <= SUR_HI:
-            hi = SUR_LO - 1
-        if SUR_LO <= lo <= SUR_HI:
-            lo = SUR_HI + 1
-    return (lo, hi) if lo <= hi else None
-
-
-def _utf8_len(lead: int) -> int:
-    """Length of the UTF-8 character that ``lead`` starts (1 for stray continuation bytes)."""
-    return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
 
 
 class ByteDFA:
@@ -575,7 +543,7 @@ class ByteDFA:
     reading transitions already built takes none.
     """
 
-    def __init__(self, nfa: _NFA, start: int, final: int):
+    def __init__(self, nfa: NFA, start: int, final: int):
         self._lock = threading.RLock()
         self._nfa, self._final, self._has_at = nfa, final, nfa.has_assertions
         sets = list(nfa.sets)
@@ -654,6 +622,12 @@ class ByteDFA:
                 self._class_rep[k] = start
         self._ascii_class = [self._class_of(b) for b in range(128)]
 
+    @property
+    def class_bounds(self) -> list[int]:
+        """The sorted code points b_0 = 0 < b_1 < ... where the automaton's character classes
+        change: the code points of [b_i, b_{i+1}) are treated alike by every transition."""
+        return self._bounds
+
     def _class_of(self, cp: int) -> int:
         return self._iv_class[bisect.bisect_right(self._bounds, cp) - 1]
 
@@ -663,10 +637,10 @@ class ByteDFA:
         per prefix, since every state's lead and continuation bytes ask it again."""
         got = self._leads.get(part, self)
         if got is self:
-            span = _utf8_range(part)
+            span = utf8_range(part)
             if span is None:
                 got = None
-            elif len(part) == _utf8_len(part[0]):
+            elif len(part) == utf8_len(part[0]):
                 got = (self._class_of(span[0]),)
             else:
                 got = tuple(sorted(self._classes_in(*span)))
@@ -870,7 +844,7 @@ class ByteDFA:
         classes = self._prefix_classes(part)
         if classes is None:
             return DEAD
-        if len(part) == _utf8_len(part[0]):
+        if len(part) == utf8_len(part[0]):
             t = self._cstep(sid, classes[0])
             return self._bid(t, ()) if self._live(t) else DEAD
         for k in classes:
@@ -936,8 +910,6 @@ class ByteDFA:
         with the same ``cps`` (a later state of one string finds its rows built), at most
         ``limit`` transitions; past that, the rows reachable from ``state`` alone. None when
         ``state`` stops inside a character or its own table needs more than ``limit``."""
-        import numpy as np
-
         sid, part = self._bstates[state]
         if part or sid == DEAD:
             return None
@@ -1064,8 +1036,6 @@ def check_flags(flags: int) -> int:
 
 def _to_regex_package_flags(flags: int) -> int:
     """re's flag values as the ``regex`` package numbers them (only ASCII differs)."""
-    import regex
-
     out = flags & ~re.ASCII
     return out | regex.ASCII if flags & re.ASCII else out
 
@@ -1136,8 +1106,6 @@ def regex_package_compile(pattern: str, flags: int = 0):
     A pattern neither package accepts gets the ``regex`` package's message and position (re's
     when regex's has none). An inline ``(?L)`` is refused as re refuses it for str patterns.
     """
-    import regex
-
     flags = check_flags(flags)
     size = unrolled_size(pattern)
     if size > MAX_UNROLLED:
@@ -1208,10 +1176,8 @@ def compile_regex(pattern: str, flags: int = 0, *, lookaround: bool = False) -> 
 
 def parse_regex_package_syntax(pattern: str, flags: int) -> tuple[Any, int, dict[int, Intervals]] | None:
     """(parse tree, global flags, placeholder -> code-point set) of a pattern in the ``regex``
-    package's syntax, through its translation to ``re`` syntax (potentials.regex_syntax); None
+    package's syntax, through its translation to ``re`` syntax (potentials.regex.syntax); None
     when it has no translation."""
-    from potentials.regex_syntax import translate
-
     got = translate(pattern, flags)
     if got is None:
         return None
@@ -1233,7 +1199,7 @@ def _compile_regex_package_syntax(pattern: str, flags: int) -> ByteDFA:
 
 def _build(pattern: str, tree, gflags: int, placeholders: dict[int, Intervals],
            lookaround: bool = False) -> ByteDFA:
-    nfa = _NFA(pattern, placeholders, lookaround)
+    nfa = NFA(pattern, placeholders, lookaround)
     start = nfa.new()
     final = nfa.build(tree_items(tree), start, gflags, pattern)
     nfa.check_lookaheads()

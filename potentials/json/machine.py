@@ -2,7 +2,7 @@
 
 A configuration is an immutable stack of frames (``Stack``: a frame over its parent, with a
 cached hash); a recognizer state is a frozenset of configurations, one per way the schema's
-disjunctions (``json_clauses``) can still be satisfied. Reading one byte steps every
+disjunctions (``potentials.json.clauses``) can still be satisfied. Reading one byte steps every
 configuration, touching only its top frames, so the cost of a byte does not depend on how much
 text came before. Frames are plain tuples tagged by their first field:
 
@@ -24,7 +24,7 @@ closes. The recognizer does not keep text, so such a container records where it 
             n >= 0   the offset of its opening bracket in the document
 
 and its closing bracket yields a ``(CHECK, clause, kind, start)`` frame over the parent; the
-caller (potentials.json_schema) decodes the text from ``start`` to that bracket, runs
+caller (potentials.json.potential) decodes the text from ``start`` to that bracket, runs
 ``Clause.container_ok`` and keeps the parent or drops the configuration, before the next byte.
 """
 
@@ -34,7 +34,7 @@ import json
 import re
 from typing import Any, Callable
 
-from potentials.base import utf8_lead
+from potentials.text import utf8_lead
 
 TOP, OBJ, ARR, STR, NUM, LIT, CHECK = range(7)
 OPENED = -1
