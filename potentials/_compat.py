@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+from smc.core.errors import SmcSteerError
 
 
-class IncompatibleUpstream(RuntimeError):
+class IncompatibleUpstream(SmcSteerError, RuntimeError):
     """A private API this project uses changed (see the module docstring)."""
 
 

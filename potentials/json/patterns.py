@@ -26,12 +26,13 @@ from typing import Any, Iterator
 import regex
 from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError
+from smc.core.errors import SmcSteerError
 
 #: seconds one pattern search may take
 PATTERN_TIMEOUT = 0.5
 
 
-class PatternTimeout(TimeoutError):
+class PatternTimeout(SmcSteerError, TimeoutError):
     """A pattern search ran past PATTERN_TIMEOUT."""
 
 

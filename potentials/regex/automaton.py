@@ -58,6 +58,7 @@ from potentials._compat import (
 from potentials.regex.chars import all_chars
 from potentials.regex.syntax import translate
 from potentials.text import MAXCP, SUR_HI, SUR_LO, utf8_len, utf8_range
+from smc.core.errors import InvalidArgument
 
 UNCOMPUTED, DEAD = -2, -1
 _NEW_ROW = array("i", [UNCOMPUTED] * 256)
@@ -75,7 +76,7 @@ RE_FLAGS = int(re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.ASCII 
 Intervals = tuple[tuple[int, int], ...]
 
 
-class UnsupportedRegex(ValueError):
+class UnsupportedRegex(InvalidArgument):
     """A valid pattern that uses a feature this automaton cannot express (lookarounds, ...)."""
 
 
@@ -83,7 +84,7 @@ class RegexTooLarge(UnsupportedRegex):
     """A pattern whose automaton would exceed ``MAX_NFA_STATES`` (e.g. ``a{10000000}``)."""
 
 
-class InvalidRegex(ValueError):
+class InvalidRegex(InvalidArgument):
     """A pattern Python's ``re`` rejects; ``msg`` and ``pos`` are re's own."""
 
     def __init__(self, pattern: str, msg: str, pos: int | None):

@@ -235,7 +235,7 @@ async def test_moderately_deep_schema_works():
 
 def test_cli_reports_deep_and_unknown_schemas_in_one_line(tmp_path, capsys):
     """The CLI builds the constraint before loading a model: bad schemas cost no model load."""
-    from smc.cli import main
+    from smc.api.cli import main
 
     for schema, message in ((nested(400), "nested too deeply"),
                             ({"$schema": "http://json-schema.org/draft-03/schema#"}, "draft-03")):

@@ -148,11 +148,21 @@ def test_subclasses_of_containers_are_copied_whole():
 
 
 def test_old_module_paths_warn_and_give_the_same_objects():
+    import importlib
+
+    import smc.backends.loading
     import smc.programs.sharing
 
-    with pytest.warns(DeprecationWarning, match="is_shared"):
-        from smc.programs.sharing import is_shared
+    old = importlib.import_module("smc.model")  # a module of smc-steer 0.1, split since
+    with pytest.warns(DeprecationWarning, match="import is_shared from smc.programs.sharing"):
+        is_shared = old.is_shared
     assert is_shared is smc.programs.sharing.is_shared and is_shared(CONSTRAINT)
+    with pytest.warns(DeprecationWarning, match="smc.model.lift is now potentials.lift.as_token_potential"):
+        assert old.lift is importlib.import_module("potentials.lift").as_token_potential
+    sys.modules.pop("smc.loading", None)  # the warning comes with the first import
+    with pytest.warns(DeprecationWarning, match="smc.loading is deprecated"):
+        moved_whole = importlib.import_module("smc.loading")
+    assert moved_whole is smc.backends.loading
 
 
 def test_samplers_are_shared_by_the_rule_not_by_deepcopy_overrides():
