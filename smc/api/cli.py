@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lookahead", type=float, default=None,
                    help="steer toward texts short to complete, RATE nats per byte of detour; it "
                         "acts on a --regex with backreferences (same target; default 1.0; 0: off)")
+    g.add_argument("--temperature", type=float, default=None,
+                   help="T > 0: the target's LM is softmax(logits / T) at every step (default 1)")
+    g.add_argument("--top-p", type=float, default=None,
+                   help="0 < P <= 1: the target's LM keeps, per step, the most probable tokens of "
+                        "mass >= P (default 1: all)")
     g.add_argument("--sampler", choices=sorted(SAMPLERS), default=None, help=f"default {defaults.SAMPLER}")
     g.add_argument("--ess-threshold", type=float, default=None,
                    help=f"resample when ESS < this * N (default {defaults.ESS_THRESHOLD}; 0: never)")
@@ -134,7 +139,8 @@ def _constraint(args: argparse.Namespace):
 #: flag -> Request field, for the settings that are passed only when given (the Request holds
 #: the defaults, smc.core.defaults)
 SETTING_FLAGS = ("particles", "max_tokens", "seed", "islands", "finish_share", "lookahead",
-                 "sampler", "ess_threshold", "resampling", "method", "n_beam", "checkpoint")
+                 "sampler", "ess_threshold", "resampling", "method", "n_beam", "checkpoint",
+                 "temperature", "top_p")
 
 
 def request_of(args: argparse.Namespace) -> Request:
