@@ -1,5 +1,6 @@
 """Command line: ``python -m smc generate (--prompt TEXT | --messages FILE.json) [--system TEXT]
-(--regex R | --grammar F | --json-schema F)``.
+(--regex R | --grammar F | --json-schema F)``, and ``python -m smc serve [--model NAME]
+[--backend hf|vllm] [--host H] [--port P] [--api-key KEY]`` (smc.api.server, docs/serving.md).
 
 The prompt follows the one prompt rule (smc.backends.prompts): ``--prompt`` text goes through
 the model's chat template when it has one; ``--messages`` is a JSON list of
@@ -22,7 +23,9 @@ from typing import Sequence
 from potentials import Grammar, JSONSchema, Regex
 from samplers import SAMPLERS
 from smc.api.generation import generate
+from smc.api.openai import Limits
 from smc.api.request import Request
+from smc.api.server import EMBEDDED_NAME, serve
 from smc.backends.loading import load_lm
 from smc.backends.prompts import chat_messages, check_messages, check_text
 from smc.core import defaults
@@ -82,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the run's state here after every step (smc.resume continues it)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    s = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API")
+    s.add_argument("--model", default=None, help="HF model id or directory (default: embedded SmolLM2)")
+    s.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    s.add_argument("--served-model-name", default=None,
+                   help="the model's name in requests and /v1/models (default: --model, or "
+                        f"{EMBEDDED_NAME!r})")
+    s.add_argument("--max-particles", type=int, default=Limits.max_particles,
+                   help=f"most particles per request (default {Limits.max_particles})")
     return parser
 
 
@@ -149,6 +163,16 @@ def request_of(args: argparse.Namespace) -> Request:
     return Request(_prompt(args), _constraint(args), **settings)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    if not 0 <= args.port < 65536:
+        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    if args.max_particles < 1:
+        raise ValueError(f"--max-particles must be >= 1, got {args.max_particles}")
+    serve(args.model, args.backend, host=args.host, port=args.port, api_key=args.api_key,
+          limits=Limits(max_particles=args.max_particles), name=args.served_model_name)
+    return 0
+
+
 def _generate(args: argparse.Namespace) -> int:
     request = request_of(args)  # every bad flag is refused before the model loads
     lm = load_lm(args.model, backend=args.backend)
@@ -176,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted (one line). Unexpected internal errors still raise, with their traceback."""
     try:
         args = build_parser().parse_args(argv)
-        return _generate(args)
+        return _serve(args) if args.command == "serve" else _generate(args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
     except (ValueError, TypeError, OSError, ImportError, KeyError) as e:
