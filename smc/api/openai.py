@@ -176,7 +176,8 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
                 raise ApiError(f"{key} must be a string", param=key)
         elif not any(value == a and type(value) is type(a) for a in allowed_values if a is not None) and value is not None:
             raise ApiError(f"{key}={value!r} cannot be honoured: {why}", param=key, code="unsupported_parameter")
-    settings: dict[str, Any] = {k: body[k] for k in SMC_FIELDS if k in body}
+    # null is "the default", as for OpenAI's own fields
+    settings: dict[str, Any] = {k: body[k] for k in SMC_FIELDS if body.get(k) is not None}
     if "particles" in settings and _is_int(settings["particles"]) and settings["particles"] > limits.max_particles:
         raise ApiError(f"particles={settings['particles']} is above this server's limit of "
                        f"{limits.max_particles}", param="particles", code="too_many_particles")
