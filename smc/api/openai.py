@@ -150,6 +150,8 @@ def parse_body(data: bytes, limits: Limits = Limits()) -> dict[str, Any]:
         body = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError("the request body is nested too deeply", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(f"the request body must be a JSON object, got {type(body).__name__}", code="invalid_json")
     return body
@@ -172,7 +174,7 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
             continue
         value = body[key]
         if allowed_values is None:
-            if not isinstance(value, str):
+            if value is not None and not isinstance(value, str):
                 raise ApiError(f"{key} must be a string", param=key)
         elif not any(value == a and type(value) is type(a) for a in allowed_values if a is not None) and value is not None:
             raise ApiError(f"{key}={value!r} cannot be honoured: {why}", param=key, code="unsupported_parameter")
@@ -226,6 +228,8 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
         constraint = constraint_from_json(spec)
     except (SmcSteerError, ValueError, TypeError) as e:
         raise ApiError(f"invalid {field}: {_one_line(e)}", param=field, code="invalid_constraint") from None
+    except RecursionError:
+        raise ApiError(f"invalid {field}: nested too deeply", param=field, code="invalid_constraint") from None
     try:
         request = Request(prompt, constraint, model=model_name, chat=chat, constraint_json=spec, **settings)
     except (SmcSteerError, ValueError, TypeError) as e:

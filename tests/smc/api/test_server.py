@@ -301,3 +301,13 @@ def test_small_load_every_request_answered():
     for r in rs[:18]:
         assert r.status_code == 200 and re.fullmatch("[0-9]{2}", r.json()["choices"][0]["text"])
     assert sorted({r.status_code for r in rs[18:]}) == [400, 404]
+
+
+def test_deep_nesting_is_a_400(client):
+    deep = "[" * 100_000 + "]" * 100_000
+    error_of(client.post("/v1/completions", content=deep.encode(), headers={"content-type": "application/json"}), 400)
+    schema: dict = {"type": "object"}
+    for _ in range(300):
+        schema = {"type": "object", "properties": {"a": schema}}
+    r = completion(client, structured_outputs={"json": schema}, max_tokens=2)
+    assert r.status_code in (200, 400, 422), r.text
