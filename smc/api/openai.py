@@ -221,7 +221,11 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
         if given:
             raise ApiError(f"temperature 0 runs the exact top-1 search; {given[0]} does not apply to it",
                            param=given[0])
-        settings.pop("top_p", None)  # the most probable output is the same under any nucleus
+        # the search answers argmax p(y) phi(y) of the model itself: a nucleus would change
+        # that objective, so only the neutral top_p is accepted beside temperature 0
+        if settings.pop("top_p", 1) != 1:
+            raise ApiError("temperature 0 answers the most probable output of the model itself; "
+                           "top_p must then be 1 (or absent)", param="top_p")
         settings.update(method="top_k", particles=1)
     field, spec = _constraint(body, limits)
     try:

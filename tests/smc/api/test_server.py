@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import smc.api.generation
+from smc.api.cli import build_parser, main
 from smc.api.openai import Limits, grammar_imports
 from smc.api.server import ClientGone, until_disconnect
 from smc.core import defaults
@@ -141,6 +142,7 @@ def test_temperature_zero_is_the_exact_top1(client, monkeypatch):
     assert r.json()["smc"]["method"] == "beam" and r.json()["choices"][0]["text"] in ("yes", "no", "maybe")
     err = error_of(completion(client, temperature=0, particles=4), 400)
     assert err["param"] == "particles"
+    assert error_of(completion(client, temperature=0, particles=None, top_p=0.5), 400)["param"] == "top_p"
 
 
 def test_no_finished_sample_is_a_422(client):
@@ -311,3 +313,10 @@ def test_deep_nesting_is_a_400(client):
         schema = {"type": "object", "properties": {"a": schema}}
     r = completion(client, structured_outputs={"json": schema}, max_tokens=2)
     assert r.status_code in (200, 400, 422), r.text
+
+
+def test_cli_serve_flags(capsys):
+    args = build_parser().parse_args(["serve", "--port", "9001", "--api-key", "k", "--max-particles", "8"])
+    assert (args.command, args.host, args.port, args.api_key, args.max_particles) == ("serve", "127.0.0.1", 9001, "k", 8)
+    assert main(["serve", "--port", "70000"]) == 2
+    assert "--port" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 
+import httpx
 import openai
 import pytest
 import uvicorn
@@ -118,3 +119,16 @@ def test_errors_are_sdk_exceptions(client, server_url):
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server_url, api_key="wrong", max_retries=0).models.list()
     assert [m.id for m in client.models.list()] == [EMBEDDED_NAME]
+
+
+def test_a_client_that_leaves_mid_stream_does_not_break_the_server(client, server_url):
+    body = {"model": EMBEDDED_NAME, "max_tokens": 24, "particles": 4, "stream": True,
+            "messages": [{"role": "user", "content": "Count to ten."}],
+            "structured_outputs": {"regex": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"}}
+    with httpx.stream("POST", f"{server_url}/chat/completions", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}"}) as r:
+        first = next(r.iter_lines())
+        assert first.startswith("data: ")
+    r = client.completions.create(model=EMBEDDED_NAME, prompt="Yes or no:", max_tokens=4,
+                                  extra_body={"particles": 2, "structured_outputs": {"choice": [" yes", " no"]}})
+    assert r.choices[0].text in (" yes", " no")
