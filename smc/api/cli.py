@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{EMBEDDED_NAME!r})")
     s.add_argument("--max-particles", type=int, default=Limits.max_particles,
                    help=f"most particles per request (default {Limits.max_particles})")
+    s.add_argument("--max-running", type=int, default=Limits.max_running,
+                   help=f"most runs at once; later requests wait (default {Limits.max_running})")
     return parser
 
 
@@ -166,10 +168,12 @@ def request_of(args: argparse.Namespace) -> Request:
 def _serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
-    if args.max_particles < 1:
-        raise ValueError(f"--max-particles must be >= 1, got {args.max_particles}")
+    for flag, value in (("--max-particles", args.max_particles), ("--max-running", args.max_running)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
     serve(args.model, args.backend, host=args.host, port=args.port, api_key=args.api_key,
-          limits=Limits(max_particles=args.max_particles), name=args.served_model_name)
+          limits=Limits(max_particles=args.max_particles, max_running=args.max_running),
+          name=args.served_model_name)
     return 0
 
 

@@ -65,12 +65,15 @@ class Limits:
         max_n: most choices per response.
         max_body_bytes: largest request body.
         max_constraint_bytes: largest schema, regex, grammar or choice list (as JSON text).
+        max_running: most runs at once; later requests wait for a slot (their particles would
+            otherwise all hold next-token distributions in memory at the same time).
     """
 
     max_particles: int = 64
     max_n: int = 16
     max_body_bytes: int = 1 << 20
     max_constraint_bytes: int = 64 << 10
+    max_running: int = 64
 
 
 #: the Request's settings a body may set by name (its JSON-valued SMC settings; files and

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
 
-from smc.api.openai import (ApiError, Call, Limits, chunk, delta_choice, dumps, new_id, parse_body,
+from smc.api.openai import (ApiError, Call, Limits, Outcome, chunk, delta_choice, dumps, new_id, parse_body,
                             parse_call, preflight, response_body, run_call, settled_text, smc_field,
                             usage)
 from smc.backends.base import LMBackend
@@ -87,6 +87,12 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
     ``/health`` needs ``Authorization: Bearer <api_key>`` (else 401)."""
     app = FastAPI(title="smc-steer", docs_url=None, redoc_url=None, openapi_url=None)
     created = int(time.time())
+    slots = asyncio.Semaphore(limits.max_running)
+
+    async def run(call: Call, on_step: Any = None) -> Outcome:
+        """``run_call`` once one of ``limits.max_running`` slots is free."""
+        async with slots:
+            return await run_call(call, lm, on_step)
 
     @app.exception_handler(ApiError)
     async def on_api_error(_: HttpRequest, err: ApiError) -> JSONResponse:
@@ -159,7 +165,7 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
             return StreamingResponse(stream(http, call), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         try:
-            outcome = await until_disconnect(http, run_call(call, lm))
+            outcome = await until_disconnect(http, run(call))
         except ClientGone:
             log.info("client disconnected; its run was cancelled")
             return JSONResponse({}, status_code=499)
@@ -183,7 +189,7 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
         def event(obj: dict[str, Any]) -> str:
             return f"data: {dumps(obj)}\n\n"
 
-        task = asyncio.ensure_future(run_call(call, lm, on_step))
+        task = asyncio.ensure_future(run(call, on_step))
         gone = asyncio.ensure_future(disconnected(http))
         sent = ""
         try:

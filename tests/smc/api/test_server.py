@@ -195,6 +195,9 @@ def test_stream_error_before_and_after_the_start(client):
     ({"critic": "x"}, "critic"),
     ({"chat": True}, "chat"),
     ({"bogus": 1}, "bogus"),
+    ({"adapter": "other-lora"}, "adapter"),
+    ({"tokenizer": "gpt2"}, "tokenizer"),
+    ({"lora_request": {"lora_name": "x", "lora_path": "/tmp/x"}}, "lora_request"),
     ({"particles": 33}, "particles"),
     ({"particles": 0}, "particles"),
     ({"n": 0}, "n"),
@@ -282,6 +285,19 @@ def test_a_disconnected_client_cancels_its_run():
 
     asyncio.run(main())
     assert cancelled == [True]
+
+
+def test_runs_wait_for_a_slot():
+    """With one slot, concurrent requests run one at a time and all are answered."""
+    app = toy_app(limits=Limits(max_particles=32, max_running=1))
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 6, "particles": 4, "structured_outputs": {"regex": "[0-9]{2}"}}
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            return await asyncio.gather(*(c.post("/v1/completions", json=dict(body, seed=i)) for i in range(4)))
+
+    assert [r.status_code for r in asyncio.run(main())] == [200] * 4
 
 
 def test_small_load_every_request_answered():
