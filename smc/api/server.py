@@ -215,6 +215,12 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
                 yield event(as_api_error(e).body())
                 yield "data: [DONE]\n\n"
                 return
+            except Exception as e:  # noqa: BLE001 - the stream began: the error goes in it
+                log.exception("internal error in a streamed run")
+                yield event(ApiError(f"internal server error ({type(e).__name__})", 500,
+                                     type="internal_server_error").body())
+                yield "data: [DONE]\n\n"
+                return
             for i, text in enumerate(outcome.texts):
                 if not text.startswith(sent):  # cannot happen: the prefix was settled
                     log.error("streamed prefix %r is not a prefix of the answer %r", sent, text)

@@ -336,3 +336,21 @@ def test_cli_serve_flags(capsys):
     assert (args.command, args.host, args.port, args.api_key, args.max_particles) == ("serve", "127.0.0.1", 9001, "k", 8)
     assert main(["serve", "--port", "70000"]) == 2
     assert "--port" in capsys.readouterr().err
+
+
+def test_an_internal_failure_is_a_500_object_and_the_server_goes_on():
+    lm = toy_lm()
+    real = lm._next_token_logprobs
+
+    async def flaky(ids):
+        if ids and lm.vocab[ids[0]] == b"!":
+            raise RuntimeError("device lost")
+        return await real(ids)
+
+    lm._next_token_logprobs = flaky
+    c = TestClient(toy_app(lm), raise_server_exceptions=False)
+    err = error_of(completion(c, prompt="!"), 500)
+    assert err["type"] == "internal_server_error" and "Traceback" not in err["message"]
+    chunks = events(completion(c, prompt="!", stream=True))
+    assert chunks[-1]["error"]["type"] == "internal_server_error"
+    assert completion(c, structured_outputs={"regex": "[0-9]"}).status_code == 200
