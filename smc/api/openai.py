@@ -94,8 +94,6 @@ NEUTRAL = {
     "best_of": ((1, None), "best_of is not supported; use n (draws from the posterior)"),
     "echo": ((False, None), "echo is not supported"),
     "suffix": ((None, ""), "suffix is not supported"),
-    "tools": ((None, []), "tools are not supported"),
-    "tool_choice": ((None, "none"), "tools are not supported"),
     "functions": ((None, []), "functions are not supported"),
     "function_call": ((None, "none"), "functions are not supported"),
     "parallel_tool_calls": ((None, True, False), ""),
@@ -118,7 +116,8 @@ GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choi
 
 COMMON = ("model", "max_tokens", "n", "seed", "temperature", "top_p", "stream", "stream_options",
           "response_format", "structured_outputs", *GUIDED, *SMC_FIELDS, *NEUTRAL)
-FIELDS = {"chat": ("messages", "max_completion_tokens", *COMMON), "completion": ("prompt", *COMMON)}
+FIELDS = {"chat": ("messages", "max_completion_tokens", "tools", "tool_choice", *COMMON),
+          "completion": ("prompt", *COMMON)}
 
 
 @dataclass(frozen=True)
@@ -132,6 +131,9 @@ class Call:
         stream: answer with server-sent events.
         include_usage: with stream, a last chunk carries usage (``stream_options``).
         most_probable: temperature 0 (top-1 search, beam search past its budget).
+        tool_call: the answer is a call of one of the request's tools (``tool_choice``
+            "required" or a named function): the constraint's output is
+            {"name": ..., "arguments": {...}}, answered as ``message.tool_calls``.
     """
 
     kind: str
@@ -140,6 +142,7 @@ class Call:
     stream: bool = False
     include_usage: bool = False
     most_probable: bool = False
+    tool_call: bool = False
 
 
 # ---------------------------------------------------------------------------- request bodies
@@ -231,6 +234,14 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
                            "top_p must then be 1 (or absent)", param="top_p")
         settings.update(method="top_k", particles=1)
     field, spec = _constraint(body, limits)
+    tool_spec = _tools(body) if kind == "chat" else None
+    if tool_spec is not None:
+        if field is not None:
+            raise ApiError(f"two constraints in one request: tool_choice and {field}; give one",
+                           param=field, code="conflicting_constraints")
+        if stream:
+            raise ApiError("tool calls are not streamed; send stream: false", param="stream")
+        field, spec = "tools", safe_constraint("tools", tool_spec, limits)
     try:
         constraint = constraint_from_json(spec)
     except (SmcSteerError, ValueError, TypeError) as e:
@@ -241,7 +252,7 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
         request = Request(prompt, constraint, model=model_name, chat=chat, constraint_json=spec, **settings)
     except (SmcSteerError, ValueError, TypeError) as e:
         raise ApiError(_one_line(e), param=_param_of(e, settings)) from None
-    return Call(kind, request, n, stream, include_usage, most_probable)
+    return Call(kind, request, n, stream, include_usage, most_probable, tool_spec is not None)
 
 
 def _is_int(value: Any) -> bool:
@@ -341,7 +352,13 @@ def _constraint(body: Mapping[str, Any], limits: Limits) -> tuple[str | None, di
                        param=found[1][0], code="conflicting_constraints")
     if not found:
         return None, None
-    field, spec = found[0]
+    return found[0][0], safe_constraint(*found[0], limits)
+
+
+def safe_constraint(field: str, spec: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """``spec`` (a constraint's JSON form, a JSON text schema decoded) once it is within the
+    size limit and reads nothing outside itself: local ``$ref``s only, no ``%import`` but Lark's
+    ``common``; ApiError naming ``field`` otherwise."""
     size = len(json.dumps(spec))
     if size > limits.max_constraint_bytes:
         raise ApiError(f"{field} is {size:,} bytes of JSON, more than the limit of "
@@ -363,7 +380,49 @@ def _constraint(body: Mapping[str, Any], limits: Limits) -> tuple[str | None, di
             raise ApiError(f"invalid {field}: %import {target} would read a grammar file; only "
                            "Lark's own 'common' grammar may be imported", param=field,
                            code="invalid_constraint")
-    return field, spec
+    return spec
+
+
+def _tools(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The constraint of a forced tool call, or None when no call is asked for.
+
+    ``tool_choice: "required"`` (some tool) or ``{"type": "function", "function": {"name"}}``
+    (that one) makes the output the JSON object {"name": N, "arguments": A} with A valid under
+    N's ``parameters`` schema (anyOf over the tools allowed). ``"none"`` (or no tools) leaves the
+    answer text. ``"auto"`` (OpenAI's default when tools are given) would need the model to
+    choose between text and a call, which this server does not offer: a 400 saying so."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if not tools:
+        if choice not in (None, "none"):
+            raise ApiError("tool_choice needs tools", param="tool_choice")
+        return None
+    if not isinstance(tools, list):
+        raise ApiError("tools must be a list of function tools", param="tools")
+    schemas: dict[str, Any] = {}
+    for k, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str) or set(tool) - {"type", "function"} \
+                or set(fn) - {"name", "description", "parameters", "strict"}:
+            raise ApiError(f"tools[{k}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
+                           "\"description\"?, \"parameters\"?, \"strict\"?}}}}", param="tools")
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        schemas[fn["name"]] = params
+    if choice is None or choice == "auto":
+        raise ApiError("tool_choice \"auto\" (the default with tools) is not supported: this server "
+                       "answers either text or a forced call; send tool_choice \"required\", a named "
+                       "function, or \"none\"", param="tool_choice", code="unsupported_parameter")
+    if choice == "none":
+        return None
+    if choice != "required":
+        name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict) or choice.get("type") != "function" or name not in schemas:
+            raise ApiError(f"tool_choice must be \"none\", \"required\" or a function of tools, got {choice!r}",
+                           param="tool_choice")
+        schemas = {name: schemas[name]}
+    calls = [{"type": "object", "properties": {"name": {"const": n}, "arguments": p},
+              "required": ["name", "arguments"], "additionalProperties": False} for n, p in schemas.items()]
+    return {"json_schema": calls[0] if len(calls) == 1 else {"anyOf": calls}}
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:
@@ -553,7 +612,13 @@ def response_body(call: Call, outcome: Outcome, model: str, id_: str | None = No
     choices = []
     for i, (text, prob, reason) in enumerate(zip(outcome.texts, outcome.probabilities, outcome.finish_reasons)):
         choice: dict[str, Any] = {"index": i}
-        if call.kind == "chat":
+        if call.kind == "chat" and call.tool_call:
+            made = json.loads(text)
+            choice["message"] = {"role": "assistant", "content": None, "refusal": None, "tool_calls": [{
+                "id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+                "function": {"name": made["name"], "arguments": json.dumps(made["arguments"], ensure_ascii=False)}}]}
+            reason = "tool_calls"
+        elif call.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text, "refusal": None}
         else:
             choice["text"] = text

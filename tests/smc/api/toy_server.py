@@ -13,7 +13,10 @@ CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c"))
 VOCAB = [*CHARS, "<eos>"]
 #: characters the toy LM favours, so that short JSON and short answers finish within a few tokens
 FAVOURED = {"<eos>": 30.0, "}": 20.0, "{": 10.0, '"': 10.0, "a": 8.0, ":": 6.0, "1": 8.0, "2": 4.0,
-            "t": 4.0, "r": 4.0, "u": 4.0, "e": 4.0, "f": 2.0, "l": 2.0, "s": 2.0, "y": 4.0, "n": 4.0}
+            "t": 4.0, "r": 4.0, "u": 4.0, "e": 4.0, "f": 2.0, "l": 2.0, "s": 2.0, "y": 4.0, "n": 4.0,
+            # rare, as in text: JSON strings then seldom start \u escapes, which JSONSchema keeps
+            # alive past a const key they cannot spell (a prefix check that is approximate)
+            "\\": 0.002}
 MODEL = "toy"
 
 
