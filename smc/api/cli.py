@@ -1,5 +1,6 @@
 """Command line: ``python -m smc generate (--prompt TEXT | --messages FILE.json) [--system TEXT]
-(--regex R | --grammar F | --json-schema F)``.
+(--regex R | --grammar F | --json-schema F)``, and ``python -m smc serve [--model NAME]
+[--backend hf|vllm] [--host H] [--port P] [--api-key KEY]`` (smc.api.server, docs/serving.md).
 
 The prompt follows the one prompt rule (smc.backends.prompts): ``--prompt`` text goes through
 the model's chat template when it has one; ``--messages`` is a JSON list of
@@ -22,7 +23,9 @@ from typing import Sequence
 from potentials import Grammar, JSONSchema, Regex
 from samplers import SAMPLERS
 from smc.api.generation import generate
+from smc.api.openai import Limits
 from smc.api.request import Request
+from smc.api.server import EMBEDDED_NAME, serve
 from smc.backends.loading import load_lm
 from smc.backends.prompts import chat_messages, check_messages, check_text
 from smc.core import defaults
@@ -63,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lookahead", type=float, default=None,
                    help="steer toward texts short to complete, RATE nats per byte of detour; it "
                         "acts on a --regex with backreferences (same target; default 1.0; 0: off)")
+    g.add_argument("--temperature", type=float, default=None,
+                   help="T > 0: the target's LM is softmax(logits / T) at every step (default 1)")
+    g.add_argument("--top-p", type=float, default=None,
+                   help="0 < P <= 1: the target's LM keeps, per step, the most probable tokens of "
+                        "mass >= P (default 1: all)")
     g.add_argument("--sampler", choices=sorted(SAMPLERS), default=None, help=f"default {defaults.SAMPLER}")
     g.add_argument("--ess-threshold", type=float, default=None,
                    help=f"resample when ESS < this * N (default {defaults.ESS_THRESHOLD}; 0: never)")
@@ -77,6 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the run's state here after every step (smc.resume continues it)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    s = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API")
+    s.add_argument("--model", default=None, help="HF model id or directory (default: embedded SmolLM2)")
+    s.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    s.add_argument("--served-model-name", default=None,
+                   help="the model's name in requests and /v1/models (default: --model, or "
+                        f"{EMBEDDED_NAME!r})")
+    s.add_argument("--max-particles", type=int, default=Limits.max_particles,
+                   help=f"most particles per request (default {Limits.max_particles})")
+    s.add_argument("--max-running", type=int, default=Limits.max_running,
+                   help=f"most runs at once; later requests wait (default {Limits.max_running})")
     return parser
 
 
@@ -134,13 +155,26 @@ def _constraint(args: argparse.Namespace):
 #: flag -> Request field, for the settings that are passed only when given (the Request holds
 #: the defaults, smc.core.defaults)
 SETTING_FLAGS = ("particles", "max_tokens", "seed", "islands", "finish_share", "lookahead",
-                 "sampler", "ess_threshold", "resampling", "method", "n_beam", "checkpoint")
+                 "sampler", "ess_threshold", "resampling", "method", "n_beam", "checkpoint",
+                 "temperature", "top_p")
 
 
 def request_of(args: argparse.Namespace) -> Request:
     """The Request the flags describe (validated: the same rules as ``smc.generate``)."""
     settings = {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k) is not None}
     return Request(_prompt(args), _constraint(args), **settings)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if not 0 <= args.port < 65536:
+        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    for flag, value in (("--max-particles", args.max_particles), ("--max-running", args.max_running)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    serve(args.model, args.backend, host=args.host, port=args.port, api_key=args.api_key,
+          limits=Limits(max_particles=args.max_particles, max_running=args.max_running),
+          name=args.served_model_name)
+    return 0
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -170,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted (one line). Unexpected internal errors still raise, with their traceback."""
     try:
         args = build_parser().parse_args(argv)
-        return _generate(args)
+        return _serve(args) if args.command == "serve" else _generate(args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
     except (ValueError, TypeError, OSError, ImportError, KeyError) as e:

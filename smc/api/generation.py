@@ -25,9 +25,10 @@ from smc.backends.loading import load_lm
 from smc.backends.prompts import Prompt, encode_prompt
 from smc.core.errors import InvalidArgument, InvalidArgumentType
 from smc.engine.checkpoint import CheckpointError, check_path, type_name, vocab_fingerprint
-from smc.engine.loop import SAME_FILE, Critic, aresume_run, smc
+from smc.backends.tempered import tempered
+from smc.engine.loop import SAME_FILE, Critic, OnStep, aresume_run, smc
 from smc.engine.result import Result
-from smc.engine.search import run_search
+from smc.engine.search import MAX_EXPANSIONS, run_search
 from smc.programs.constrained import ConstrainedGeneration, target_potential
 from smc.api.request import SETTINGS, Request, optional_bool
 
@@ -90,7 +91,9 @@ def prompt_ids_for(lm: LMBackend, request: Request) -> list[int]:
 
 def build_program(request: Request, lm: LMBackend, prompt_ids: list[int]) -> ConstrainedGeneration:
     """The request's program: its token sampler (with its options) over the lifted, possibly
-    twisted, constraint; the one rule shared by ``agenerate`` and ``resume``."""
+    twisted, constraint, on the LM tempered and truncated as the request says
+    (``smc.backends.tempered``); the one rule shared by ``agenerate`` and ``resume``."""
+    lm = tempered(lm, request.temperature, request.top_p)
     potential = target_potential(request.constraint, lm, request.lookahead)
     sampler = make_sampler(request.sampler, lm, potential, prompt_ids, **request.sampler_options)
     return ConstrainedGeneration(sampler, request.max_tokens, request.finish_share)
@@ -113,8 +116,19 @@ def as_request(prompt: Prompt | Request, constraint: Any, settings: dict[str, An
     return Request(prompt, constraint, **settings)
 
 
-async def arun(request: Request, lm: LMBackend | None = None, progress: bool | None = None) -> Result:
-    """Run ``request`` on ``lm`` (default: the embedded model) and return its Result."""
+async def arun(
+    request: Request,
+    lm: LMBackend | None = None,
+    progress: bool | None = None,
+    *,
+    on_step: OnStep | None = None,
+    max_expansions: int = MAX_EXPANSIONS,
+) -> Result:
+    """Run ``request`` on ``lm`` (default: the embedded model) and return its Result.
+
+    ``on_step(run)`` is called after every step of an SMC run (``smc.engine.loop.smc``; not
+    called by the other methods); ``max_expansions`` bounds method="top_k"
+    (``smc.core.errors.SearchBudgetExceeded`` past it)."""
     if lm is None:
         lm = load_lm()
     else:
@@ -123,7 +137,8 @@ async def arun(request: Request, lm: LMBackend | None = None, progress: bool | N
     ids = prompt_ids_for(lm, request)
     model = build_program(request, lm, ids)
     if request.method != "smc":
-        result = await run_search(model, request.method, request.particles, request.n_beam, request.seed)
+        result = await run_search(model, request.method, request.particles, request.n_beam, request.seed,
+                                  max_expansions)
     else:
         program = None
         if request.checkpoint is not None:
@@ -140,6 +155,7 @@ async def arun(request: Request, lm: LMBackend | None = None, progress: bool | N
             islands=request.islands,
             checkpoint=request.checkpoint,
             checkpoint_program=program,
+            on_step=on_step,
         )
     return described(result, request, len(ids))
 
@@ -232,7 +248,7 @@ def generate(
     ``generate(request, lm=lm)`` runs a Request built before. The settings are the Request's
     fields (``smc.Request``: particles, max_tokens, seed, sampler, sampler_options,
     ess_threshold, resampling, islands, finish_share, lookahead, method, n_beam, critic,
-    checkpoint, chat; defaults in ``smc.core.defaults``).
+    checkpoint, chat, temperature, top_p; defaults in ``smc.core.defaults``).
 
     Args:
         prompt: text, a list of chat messages, token ids, or a Request.

@@ -30,6 +30,7 @@ from potentials import Grammar, JSONSchema, Regex
 from potentials.base import BytePotential, Potential
 from samplers import SAMPLERS
 from smc.backends.prompts import Prompt, prompt_kind
+from smc.backends.tempered import check_sampling
 from smc.core import defaults
 from smc.core.errors import InvalidArgument, InvalidArgumentType
 from smc.engine.checkpoint import check_path
@@ -141,6 +142,10 @@ class Request:
         critic: a log twist psi(particle) guiding resampling (Python only).
         checkpoint: a file the run's state is written to after every step (Python and CLI only).
         chat: apply the LM's chat template to a text prompt (None: when the LM has one).
+        temperature: T > 0; the target's LM is the per-step tempered softmax(logits / T)
+            (``smc.backends.tempered``; 1: the model itself).
+        top_p: P in (0, 1]; the target's LM is truncated per step to the smallest set of most
+            probable tokens (after tempering) of mass >= P, renormalized (1: no truncation).
 
     Build one with ``Request(prompt, constraint, particles=..., ...)`` or
     ``Request.from_json(obj)``; change one with ``dataclasses.replace`` (validated again).
@@ -164,6 +169,8 @@ class Request:
     critic: Critic | None = field(default=None, compare=False)
     checkpoint: str | os.PathLike | None = None
     chat: bool | None = None
+    temperature: float = defaults.TEMPERATURE
+    top_p: float = defaults.TOP_P
     #: the constraint's JSON form when it was given as one (read by ``to_json``)
     constraint_json: Mapping[str, Any] | None = field(default=None, repr=False)
 
@@ -223,6 +230,9 @@ class Request:
                 raise InvalidArgument(f"checkpoint is for method='smc' runs, not method={self.method!r}")
             _checked(check_path, self.checkpoint)
         set_("chat", optional_bool(self.chat, "chat"))
+        temperature, top_p = _checked(check_sampling, self.temperature, self.top_p)
+        set_("temperature", temperature)
+        set_("top_p", top_p)
 
     def _lookahead(self) -> float:
         """The run's lookahead rate: ``defaults.LOOKAHEAD`` when not given for an SMC run with a
@@ -300,7 +310,7 @@ RESOLVED = ("islands", "lookahead", "n_beam")
 #: the fields a request's JSON form may hold
 JSON_FIELDS = ("prompt", "constraint", "model", "particles", "max_tokens", "seed", "sampler",
                "sampler_options", "ess_threshold", "resampling", "islands", "finish_share",
-               "lookahead", "method", "n_beam", "chat")
+               "lookahead", "method", "n_beam", "chat", "temperature", "top_p")
 #: the fields that exist only in Python (or, for checkpoint, the local CLI)
 PYTHON_FIELDS = ("critic", "checkpoint", "constraint_json")
 #: every setting besides the prompt and the constraint, as keyword arguments of ``generate``

@@ -85,6 +85,10 @@ def _as_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dt
     return value
 
 
+#: most concurrent population steps (``batch_next_token_dists`` calls) gathered into one call
+POPULATION_CALLS = 64
+
+
 class HFLM(TokenizerPrompts, AsyncLM):
     """A transformers causal LM with auto-batching and a prefix-trie cache.
 
@@ -139,6 +143,10 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self._adapters: dict[str, Source] = {}
         self._batcher: AutoBatcher[tuple[Source, tuple[int, ...]], torch.Tensor | None] = AutoBatcher(
             self._forward, max_batch
+        )
+        # population steps of concurrent runs: each item is one call's contexts
+        self._population: AutoBatcher[tuple[Source, list[tuple[int, ...]]], Any] = AutoBatcher(
+            self._dists_of_calls, POPULATION_CALLS
         )
 
     def _new_trie(self, budget_bytes: int) -> KVTrie:
@@ -296,8 +304,43 @@ class HFLM(TokenizerPrompts, AsyncLM):
         """NextTokenDists of every context, computed on the model's device inside the forward
         (float64 log-softmax, its exp and cumsum): no row leaves the device. Distinct contexts
         are run once (in forward passes of at most ``max_batch`` rows); log-prob rows are not
-        cached (a population's contexts are new at every step; KV states are)."""
-        return self._dists(self._base, [self.check_ids(ids) for ids in batch])
+        cached (a population's contexts are new at every step; KV states are). Concurrent
+        calls (the population steps of runs sharing this backend, e.g. a server's requests)
+        are gathered into the same forward passes."""
+        got = await self._population.submit((self._base, [self.check_ids(ids) for ids in batch]))
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def _dists_of_calls(
+        self, calls: list[tuple[Source, list[tuple[int, ...]]]]
+    ) -> list[NextTokenDists | BaseException]:
+        """``_dists`` of several concurrent calls in one: each source's contexts of all calls
+        run together, and each call gets its own rows back. If the gathered call fails, each
+        call is run alone, so that only a failing call gets its exception."""
+        if len(calls) == 1:
+            return [self._dists(*calls[0])]
+        groups: dict[int, list[int]] = {}
+        for k, (src, _) in enumerate(calls):
+            groups.setdefault(id(src), []).append(k)
+        out: list[NextTokenDists | BaseException | None] = [None] * len(calls)
+        try:
+            for members in groups.values():
+                src = calls[members[0]][0]
+                d = self._dists(src, [ids for k in members for ids in calls[k][1]])
+                start = 0
+                for k in members:
+                    end = start + len(calls[k][1])
+                    out[k] = NextTokenDists(d.logp[start:end], d.cdf[start:end])
+                    start = end
+        except Exception:  # noqa: BLE001 - retried one call at a time below
+            out = []
+            for call in calls:
+                try:
+                    out.append(self._dists(*call))
+                except Exception as e:  # noqa: BLE001 - handed to that call's caller
+                    out.append(e)
+        return out  # type: ignore[return-value]
 
     @torch.inference_mode()
     def _dists(self, src: Source, requests: list[tuple[int, ...]]) -> NextTokenDists:

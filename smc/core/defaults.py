@@ -48,6 +48,20 @@ METHOD = "smc"
 #: children kept per particle by method="steer"
 N_BEAM = 2
 
+#: T of the target's per-step tempered LM softmax(logits / T): 1 is the model itself
+TEMPERATURE = 1.0
+
+#: nucleus mass of the target's per-step truncation to the top-p tokens: 1 keeps every token
+TOP_P = 1.0
+
+#: most expansions the exact top-1 search (temperature 0 on the server) may make before the
+#: answer falls back to beam search: one LM call each, about 4 per generated token of budget
+#: at the default max_tokens
+TOP1_MAX_EXPANSIONS = 128
+
+#: beams of the fallback when the exact top-1 search exceeds its budget
+TOP1_BEAM_WIDTH = 4
+
 
 def islands_for(particles: int) -> int:
     """The islands of an SMC run when none are given: ISLANDS when N is a multiple of it and at

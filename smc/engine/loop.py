@@ -50,6 +50,9 @@ from smc.engine.result import Result, StepRecord
 from smc.programs.model import Model, Sample
 
 Critic = Callable[[Model], "float | Awaitable[float]"]
+#: called with the run after every step (its particles, banked samples, history); must not
+#: change it
+OnStep = Callable[[Run], None]
 
 
 #: most particles a run may have: beyond it the population itself (one program state and one
@@ -103,6 +106,7 @@ async def smc(
     checkpoint: str | os.PathLike | None = None,
     islands: int = 1,
     checkpoint_program: tuple[dict[str, Any], bytes] | None = None,
+    on_step: OnStep | None = None,
 ) -> Result:
     """Run SMC on ``particles`` copies of ``model`` (see the module docstring).
 
@@ -125,6 +129,9 @@ async def smc(
             within itself (module docstring); 1 (default) is plain SMC.
         checkpoint_program: (description, bytes) a caller above the engine stores in the
             checkpoint to rebuild its program on resume (``generate`` does).
+        on_step: called as ``on_step(run)`` after every step (after resampling), e.g. to
+            stream the text all particles share; reads only, so results are the same with or
+            without it.
     """
     check_smc_args(particles, ess_threshold, resampling, seed, islands)
     get_scheme(resampling)
@@ -144,7 +151,8 @@ async def smc(
         await run_all(p.start() for p in run.pop)
     if writer is not None:
         writer.write(run, time.perf_counter() - t0)
-    return await run_steps(run, counters, critic=critic, progress=progress, writer=writer, t0=t0)
+    return await run_steps(run, counters, critic=critic, progress=progress, writer=writer, t0=t0,
+                         on_step=on_step)
 
 
 async def run_steps(
@@ -155,9 +163,11 @@ async def run_steps(
     progress: bool | None,
     writer: Any = None,
     t0: float | None = None,
+    on_step: OnStep | None = None,
 ) -> Result:
     """Step ``run`` until no live unfinished particle remains (or ``max_steps``), writing a
-    checkpoint after each step when ``writer`` is given; then the Result of the whole run, whose
+    checkpoint after each step when ``writer`` is given and calling ``on_step(run)`` after
+    each step when given; then the Result of the whole run, whose
     stats report the work of the objects registered with ``counters`` (smc.core.counters)."""
     t0 = time.perf_counter() if t0 is None else t0
     cfg = run.settings
@@ -217,6 +227,8 @@ async def run_steps(
                 run.step = step
                 if writer is not None:
                     writer.write(run, run.elapsed_s + time.perf_counter() - t0)
+                if on_step is not None:
+                    on_step(run)
                 if bar is not None:
                     bar.update(1)
         finally:

@@ -77,6 +77,7 @@ import numpy as np
 from smc.core.logmath import NEG_INF, logsumexp
 from smc.core.counters import RunCounters, current
 from smc.core.concurrency import run_all
+from smc.core.errors import SearchBudgetExceeded
 from smc.engine import MAX_PARTICLES
 from smc.programs.constrained import ConstrainedGeneration
 from smc.programs.model import Model
@@ -362,7 +363,7 @@ async def top_k(
     Returns a Result of at most k finished samples, highest W first (fewer when the target has
     fewer sequences), log_weight = W, log_ml = log of their total mass. Raises ValueError when a
     child's W exceeds its parent's by more than 1e-9 (the order would not be exact) or after
-    ``max_expansions`` expansions.
+    ``max_expansions`` expansions (``smc.core.errors.SearchBudgetExceeded``, a ValueError).
     """
     _check_model(model)
     k = _check_count(k, "k")
@@ -395,7 +396,7 @@ async def top_k(
             out.append(node)
             continue
         if expansions >= max_expansions:
-            raise ValueError(
+            raise SearchBudgetExceeded(
                 f"top_k expanded max_expansions={max_expansions} particles before finding {k} "
                 f"sequences (found {len(out)}); raise max_expansions, lower k, or use beam"
             )
@@ -521,14 +522,16 @@ async def steer(
 DEFAULT_N_BEAM = 2
 
 
-async def run_search(model: Model, method: str, particles: int, n_beam: int | None, seed: int | None) -> Result:
+async def run_search(model: Model, method: str, particles: int, n_beam: int | None, seed: int | None,
+                     max_expansions: int = MAX_EXPANSIONS) -> Result:
     """The non-SMC methods of ``smc.generate``: ``beam(model, particles)`` for "beam",
-    ``top_k(model, particles)`` for "top_k", ``steer(model, particles, n_beam, seed=seed)`` for
-    "steer" (``n_beam`` defaulting to DEFAULT_N_BEAM)."""
+    ``top_k(model, particles, max_expansions=max_expansions)`` for "top_k",
+    ``steer(model, particles, n_beam, seed=seed)`` for "steer" (``n_beam`` defaulting to
+    DEFAULT_N_BEAM)."""
     if method == "beam":
         return await beam(model, particles)
     if method == "top_k":
-        return await top_k(model, particles)
+        return await top_k(model, particles, max_expansions=max_expansions)
     if method == "steer":
         return await steer(model, particles, DEFAULT_N_BEAM if n_beam is None else n_beam, seed=seed)
     raise ValueError(f"run_search runs 'beam', 'top_k' or 'steer', not {method!r}")
