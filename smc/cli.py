@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "steer: without-replacement steering (see docs/beam.md)")
     g.add_argument("--n-beam", type=int, default=None, help="children kept per particle (--method steer)")
     g.add_argument("--model", default=None, help="HF model id or directory (default: embedded SmolLM2)")
-    g.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    g.add_argument("--backend", choices=["hf", "vllm", "mlx"], default="hf")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
