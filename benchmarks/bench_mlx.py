@@ -7,8 +7,9 @@ the same for both), best of ``--repeats`` rounds; each round asks every backend 
 batches of fresh contexts (new random last tokens: no log-prob row is a cache hit), after a warm-up
 batch. Reported: rows per second = B * steps / seconds, and the forward passes per batch.
 
-``--backends hf`` (or ``mlx``) loads one backend only: MLX's CPU worker threads and torch's
-OpenMP threads contend on a small machine when both live in one process.
+``--backends hf`` (or ``mlx``) loads one backend only (each in a process of its own). On a small
+shared machine run with ``OMP_NUM_THREADS=1``: torch's OpenMP threads stall when the cores are
+oversubscribed.
 
 Usage: python benchmarks/bench_mlx.py [--rows 1 16 64] [--steps 4] [--repeats 3]
        [--backends hf mlx] [--json]

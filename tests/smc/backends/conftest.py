@@ -35,3 +35,15 @@ def pytest_collection_modifyitems(config, items):
         # Prepended, so that a test's own filterwarnings marks still override these.
         for mark in reversed(FILTERS):
             item.add_marker(mark, append=False)
+
+
+@pytest.fixture(scope="session")
+def embedded_mlx_lm():
+    """The embedded model on the MLX backend (``smc.load_lm(backend="mlx")``), loaded once per
+    session; skips where MLX does not import."""
+    from smc.backends.mlx import mlx_available
+    from smc.loading import load_lm
+
+    if not mlx_available():
+        pytest.skip("MLX is not installed here (mlx.core / mlx_lm do not import): pip install 'smc-steer[mlx-cpu]'")
+    return load_lm(backend="mlx")

@@ -28,9 +28,9 @@ TOL = 3e-4
 
 
 @pytest.fixture(scope="module")
-def mlx_lm():
-    """The embedded model on the MLX backend (``smc.load_lm(backend="mlx")``), once per module."""
-    return smc.load_lm(backend="mlx")
+def mlx_lm(embedded_mlx_lm):
+    """The embedded model on the MLX backend (the session's, from conftest)."""
+    return embedded_mlx_lm
 
 
 @pytest.fixture(scope="module")
