@@ -139,7 +139,9 @@ class _BatchCache:
         return (mx.concatenate([self.past_keys, keys], axis=2),
                 mx.concatenate([self.past_values, values], axis=2))
 
-    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None, **kwargs: Any) -> Any:
+    def make_mask(
+        self, N: int, return_array: bool = False, window_size: int | None = None, **kwargs: Any
+    ) -> Any:
         if window_size is not None:
             # A sliding window is not laid out here; the probe sends such models to recompute.
             raise NotImplementedError("sliding-window attention")
@@ -194,8 +196,9 @@ class MLXLM(TokenizerPrompts, AsyncLM):
             logit_rows = int(self._full_logits(mx.array([[0]])).shape[-1])
         vocab, special = build_vocab(tokenizer, min(len(tokenizer), logit_rows))
         self.vocab = vocab
+        generation_eos = eos_token_id if eos_token_id is not None else self.config.get("eos_token_id")
         self.eos_token_ids = eos_ids(
-            tokenizer, len(vocab), eos_token_id if eos_token_id is not None else self.config.get("eos_token_id"),
+            tokenizer, len(vocab), generation_eos,
             repr(self.config.get("_name_or_path") or type(model).__name__),
         )
         self.special_token_ids = frozenset(special - set(self.eos_token_ids))
@@ -282,8 +285,9 @@ class MLXLM(TokenizerPrompts, AsyncLM):
 
         body = getattr(self.model, "model", None)
         head = getattr(self.model, "lm_head", None)
-        if head is None and body is not None and hasattr(getattr(body, "embed_tokens", None), "as_linear"):
-            head = body.embed_tokens.as_linear
+        embed = getattr(body, "embed_tokens", None)
+        if head is None and hasattr(embed, "as_linear"):
+            head = embed.as_linear  # tied input and output embeddings
         if callable(body) and callable(head):
             try:
                 if close(head(body(mx.array([ids]), None)[:, -1:, :])[:, 0, :], plain[:, -1, :]):
@@ -301,7 +305,9 @@ class MLXLM(TokenizerPrompts, AsyncLM):
             if not ok:
                 self._kv_shape = None
                 if kv_cache:
-                    raise ValueError(f"kv_cache=True, but this model's layers cannot use the batch cache ({why})")
+                    raise ValueError(
+                        f"kv_cache=True, but this model's layers cannot use the batch cache ({why})"
+                    )
 
     def _probe_kv(self, ids: list[int], plain: Any, close) -> bool:
         import mlx.core as mx
@@ -323,7 +329,9 @@ class MLXLM(TokenizerPrompts, AsyncLM):
         logits, _ = self._step(inputs, past, np.array([2, 0]), np.array([1, 3]), L)
         return close(logits[0:1], plain[:, 2, :]) and close(logits[1:2], plain[:, 2, :])
 
-    def _step(self, inputs: np.ndarray, past: Any, c: np.ndarray, n: np.ndarray, layers: int) -> tuple[Any, Any]:
+    def _step(
+        self, inputs: np.ndarray, past: Any, c: np.ndarray, n: np.ndarray, layers: int
+    ) -> tuple[Any, Any]:
         """One forward of the layout in the module docstring.
 
         Args:
@@ -421,7 +429,8 @@ class MLXLM(TokenizerPrompts, AsyncLM):
                 past = self.trie.longest_prefix(ids, len(ids) - 1)
                 rows.append(_Row(ids, past, ids[past.depth :]))
             logp, states = self._run(rows)
-        entries = [(r.ids, r.past, r.new, lp.float() if keep_rows else None) for r, lp in zip(rows, logp)]
+        entries = [(r.ids, r.past, r.new, lp.float() if keep_rows else None)
+                   for r, lp in zip(rows, logp)]
         self.stats["recomputed_positions"] += self.trie.insert(entries, states)
         return logp
 
@@ -494,14 +503,18 @@ def _mlx_device(device: str | None) -> Any:
         raise ValueError(f"unknown MLX device {device!r}; use 'cpu' or 'gpu' (Metal)")
     dev = mx.cpu if device == "cpu" else mx.gpu
     if not mx.is_available(dev):
-        raise ValueError(f"device={device!r} but this MLX has no {device.upper()} (Metal needs macOS on Apple silicon); use device='cpu'")
+        raise ValueError(
+            f"device={device!r} but this MLX has no {device.upper()} (Metal needs macOS on Apple "
+            "silicon); use device='cpu'"
+        )
     return dev
 
 
 def _generation_eos(path: Path) -> int | list[int] | None:
     """``eos_token_id`` of ``path``'s generation_config.json, None when it has none."""
     try:
-        return json.loads((path / "generation_config.json").read_text(encoding="utf-8")).get("eos_token_id")
+        text = (path / "generation_config.json").read_text(encoding="utf-8")
+        return json.loads(text).get("eos_token_id")
     except (OSError, ValueError):
         return None
 
