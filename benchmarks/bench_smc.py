@@ -33,6 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import smc  # noqa: E402
+from smc.backends.hf import cache_kwarg  # noqa: E402
 from potentials import Grammar, JSONSchema, Regex  # noqa: E402
 
 PHONE = r"[0-9]{3}-[0-9]{3}-[0-9]{4}"
@@ -135,13 +136,15 @@ class BareTimer:
         model, dev = self.lm.model, self.lm.device
         if self.cache is None:
             out = model(input_ids=torch.tensor([list(first)], device=dev), use_cache=True)
-            self.cache, self.rows = out.past_key_values, 1
+            # transformers 5.2x names the output's cache `cache` (the old name logs a warning)
+            self.cache = out["cache"] if "cache" in out else out.past_key_values
+            self.rows = 1
             return
         if rows != self.rows:
             self.cache.batch_select_indices(torch.arange(rows, device=dev) % self.rows)
             self.rows = rows
         tok = torch.zeros((rows, 1), dtype=torch.long, device=dev)
-        model(input_ids=tok, past_key_values=self.cache, use_cache=True)
+        model(input_ids=tok, use_cache=True, **{cache_kwarg(model): self.cache})
 
 
 def run(lm, task: str, sampler: str, particles: int) -> dict:

@@ -13,26 +13,26 @@ their own, e.g. a toy LM):
 Optional members (with the library's backends that have them); the library uses the first six
 when present, ``clear_cache`` and ``close`` are for the user:
 
-    stats: dict[str, int]                    named counters, at least ``COUNTERS``   all three
-    special_token_ids: frozenset[int]        control tokens (other than EOS) that    all three
+    stats: dict[str, int]                    named counters, at least ``COUNTERS``   all four
+    special_token_ids: frozenset[int]        control tokens (other than EOS) that    all four
                                              never stand for text; lifted
                                              constraints give them weight 0
-    max_context: int | None                  longest context accepted                all three
-    async batch_next_token_dists(batch)      NextTokenDists: the rows and their      all three
+    max_context: int | None                  longest context accepted                all four
+    async batch_next_token_dists(batch)      NextTokenDists: the rows and their      all four
                                              CDFs on the backend's device (the
                                              population step's input; without it
                                              they are derived from
                                              batch_next_token_logprobs)
-    is_chat: bool                            the tokenizer has a chat template       HF, vLLM, ToyLM(chat_template=)
-    encode_chat(prompt, system=None)         prompt ids with the chat template       HF, vLLM, ToyLM(chat_template=)
-    clear_cache()                            forget cached states and rows           HF
+    is_chat: bool                            the tokenizer has a chat template       HF, vLLM, MLX, ToyLM(chat_template=)
+    encode_chat(prompt, system=None)         prompt ids with the chat template       HF, vLLM, MLX, ToyLM(chat_template=)
+    clear_cache()                            forget cached states and rows           HF, MLX
     close()                                  release the engine (idempotent)         vLLM
 
 ``is_lm`` and ``check_backend`` test exactly ``LM_MEMBERS``; ``AsyncLM`` below supplies the
 batch method, ``batch_next_token_dists``, ``special_token_ids`` and ``max_context`` from
 ``encode`` and one-context scoring.
 
-Counters. Every backend of this library (ToyLM, HF, vLLM) keeps, in ``stats``, the counters
+Counters. Every backend of this library (ToyLM, HF, vLLM, MLX) keeps, in ``stats``, the counters
 named in ``COUNTERS`` (more may follow them); the engine reports their change over a run in
 ``Result.stats`` (``lm_requests``, ``lm_forward_passes``; a backend without ``stats`` counts 0):
 

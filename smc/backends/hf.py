@@ -74,6 +74,15 @@ class _PooledLayer(DynamicLayer):
         return self._len
 
 
+def cache_kwarg(model: Any) -> str:
+    """The name under which ``model.forward`` takes a key/value cache: ``"cache"`` where the
+    installed transformers declares it (5.2x renamed it and warns on the old name), else
+    ``"past_key_values"`` (older releases, e.g. the < 5.20 that vLLM pins). Read from the
+    signature, which ``deprecate_kwarg`` keeps (``functools.wraps``), not guessed from a version."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def _as_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     if dtype is None:
         return torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -130,6 +139,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self.stats = new_counters("batch_rows", "recomputed_positions")
         self._pad_id = self.eos_token_ids[0]
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._cache_arg = cache_kwarg(model)
         self._kv_shape = self._probe_kv_shape() if kv_cache is not False else None
         if kv_cache and self._kv_shape is None:
             raise ValueError(
@@ -265,7 +275,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
             return None
         cache = DynamicCache()
         ids = torch.tensor([[self._pad_id]], device=self.device)
-        self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        self.model(input_ids=ids, use_cache=True, **{self._cache_arg: cache})
         layers = getattr(cache, "layers", [])
         if not layers or any(type(layer) is not DynamicLayer for layer in layers):
             return None
@@ -460,7 +470,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
                 _PooledLayer(states[:, :, i, 0], states[:, :, i, 1], P)
                 for i in range(self._kv_shape[0])
             ]
-            kwargs["past_key_values"] = Cache(layers=layers)
+            kwargs[self._cache_arg] = Cache(layers=layers)
         if self._lora is None:
             logits = self.model(**kwargs).logits[:, -1, : len(self.vocab)]
         else:

@@ -267,17 +267,30 @@ def load_lm(
 
     Args:
         name: a Hugging Face model id or a local directory; None for the embedded default.
-        backend: ``"hf"`` (transformers, CPU or CUDA) or ``"vllm"`` (GPU).
-        device: where the model runs; default CUDA when available, else CPU.
-        dtype: weights' dtype; default float32 on CPU and bfloat16 on CUDA.
+        backend: ``"hf"`` (transformers, CPU or CUDA), ``"vllm"`` (GPU) or ``"mlx"`` (mlx-lm:
+            Apple silicon GPU or CPU; ``smc.backends.mlx``, docs/backends.md).
+        device: where the model runs; default CUDA when available, else CPU (mlx: ``"cpu"`` or
+            ``"gpu"``, default MLX's default device).
+        dtype: weights' dtype; default float32 on CPU and bfloat16 on CUDA (mlx: the
+            checkpoint's).
         kwargs: passed on to the backend's constructor (e.g. ``max_batch``,
             ``cache_budget_bytes`` for the HF backend). With the HF backend, ``quantization=
             "8bit"`` or ``"4bit"`` loads the weights quantized by bitsandbytes (CUDA or CPU;
             ``smc.backends.quantization``); with vLLM, ``quantization`` is vLLM's own engine
             argument (e.g. ``"bitsandbytes"``, ``"awq"``).
     """
-    if not isinstance(backend, str) or backend not in ("hf", "vllm"):
-        raise ValueError(f"unknown backend {backend!r}; choose 'hf' or 'vllm'")
+    if not isinstance(backend, str) or backend not in ("hf", "vllm", "mlx"):
+        raise ValueError(f"unknown backend {backend!r}; choose 'hf', 'vllm' or 'mlx'")
+    if backend == "mlx":
+        from smc.backends.mlx import MLXLM, check_mlx_args
+
+        check_mlx_args(kwargs, device, dtype)
+        path = embedded_model_dir() if name is None else resolve_model_name(name)
+        if not Path(path).is_dir():
+            from huggingface_hub import snapshot_download
+
+            path = snapshot_download(path) if hub_reachable() else _local_snapshot(path)
+        return MLXLM.from_pretrained(path, device=device, dtype=dtype, **kwargs)
     check_device(device)
     if name is not None:
         name = resolve_model_name(name)

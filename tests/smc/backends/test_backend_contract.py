@@ -1,7 +1,7 @@
 """The one LM backend contract: ``LMBackend`` and ``LM_MEMBERS`` agree, ``is_lm`` /
-``check_backend`` accept ToyLM, the HF backend and the vLLM backend (over the fake engine of
-test_counters) and reject an object missing any member with an error naming it; every ``lm``
-parameter is annotated with the Protocol; one EOS helper serves HF and vLLM."""
+``check_backend`` accept ToyLM, the HF backend, the MLX backend and the vLLM backend (over the
+fake engine of test_counters) and reject an object missing any member with an error naming it;
+every ``lm`` parameter is annotated with the Protocol; one EOS helper serves HF and vLLM."""
 
 import ast
 import inspect
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 import smc
-from smc.backends.base import LM_MEMBERS, LMBackend, check_backend, is_lm, missing_members
+from smc.backends.base import COUNTERS, LM_MEMBERS, LMBackend, check_backend, is_lm, missing_members
 from smc.backends.vocab import eos_ids
 from tests.smc.backends.test_counters import fake_vllm  # noqa: F401  (a fixture: the vLLM backend, fake engine)
 
@@ -107,6 +107,14 @@ def test_fake_vllm_backend_is_a_backend(fake_vllm):  # noqa: F811
 def test_hf_backend_is_a_backend(embedded_lm):
     assert is_lm(embedded_lm) and isinstance(embedded_lm, LMBackend)
     assert missing_members(embedded_lm) == []
+
+
+@pytest.mark.slow
+def test_mlx_backend_is_a_backend(embedded_mlx_lm):
+    """(skips where MLX does not import; tests/smc/backends/test_mlx_backend.py checks the rest)"""
+    assert is_lm(embedded_mlx_lm) and isinstance(embedded_mlx_lm, LMBackend)
+    assert missing_members(embedded_mlx_lm) == []
+    assert set(COUNTERS) <= set(embedded_mlx_lm.stats)
 
 
 def _lm_parameters():
