@@ -253,7 +253,7 @@ import numpy as np
 
 import smc
 from potentials import Predicate
-from smc.programs.context import LMContext
+from smc import LMContext
 
 lm = smc.load_lm()"""),
     md("""## Program 1: every word has at most 5 letters

@@ -27,8 +27,8 @@ from smc.engine.checkpoint import CheckpointError, read_header
 from smc.programs.constrained import ConstrainedGeneration
 from smc.programs.sharing import Shared, clone_state, is_shared
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
+TESTS = Path(__file__).resolve().parents[2]
 
 
 def same_result(a: smc.Result, b: smc.Result) -> None:
