@@ -1,7 +1,7 @@
 """Potentials: weights on sequences (constraints are 0/1 weights). See potentials.base.
 
 Layout: the contract (``base``), lifting to token vocabularies (``lift``), products, the LM as a
-potential (``lm``), ``predicate``, the twists' helpers (``lookahead``, ``finishing``), the shipped
+potential (``lm``), ``predicate``, the twists' helpers (``lookahead``, ``last_step``), the shipped
 contract checks (``testing``), and one package per constraint family: ``regex``, ``json``,
 ``grammar``.
 
@@ -42,6 +42,7 @@ MOVED = {
     "potentials.json_patterns": "potentials.json.patterns",
     "potentials.earley": "potentials.grammar.earley",
     "potentials.product": "potentials.base",
+    "potentials.finishing": "potentials.last_step",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -153,7 +153,7 @@ HOOKS: dict[str, Hook] = {
         "PotentialContract.test_boolean_means_prefix_zero"),
     "complete_after(state, data)": Hook(
         "state_complete(advance(state, data)), -inf when that state is dead",
-        "the finishing check of one token without building its state",
+        "the last-step check of one token without building its state",
         "PotentialContract.test_complete_after_is_complete_of_advance"),
     "mask_key(state)": Hook(
         "equal keys have equal futures: advance(s, d) is None iff advance(s', d) is None",
@@ -197,11 +197,11 @@ HOOKS: dict[str, Hook] = {
         None),
     "complete_key(state)": Hook(
         "equal keys accept alike after every continuation",
-        "the finishing set of the step before a forced EOS, once per key (docs/engine.md)",
+        "the ending set of the step before a forced EOS, once per key (docs/engine.md)",
         "CompleteKeyContract.test_equal_complete_keys_agree_on_completion"),
     "final_bytes()": Hook(
         "the bytes a non-empty complete text can end with (a superset)",
-        "the finishing check tries only tokens ending in one of them",
+        "the last-step check tries only tokens ending in one of them",
         "PotentialContract.test_final_bytes_end_every_complete_text"),
     "completion(state)": Hook(
         "a y that completes the text, a function of the state",
@@ -299,14 +299,14 @@ class ByteContract(Potential, Generic[S]):
 
         A DFA's state is one; a JSON document's configurations are not (its final check
         reads the whole text). Lifting then computes, once per key, which tokens finish the
-        text (the step before a forced EOS, potentials.finishing). Default: None.
+        text (the step before a forced EOS, potentials.last_step). Default: None.
         """
         return None
 
     def final_bytes(self) -> bytes | None:
         """The bytes a non-empty complete text can end with (a superset is fine), or None
         when any byte may. Lifting then checks only the tokens ending in one of them for
-        whether they finish the text (potentials.finishing). Default: None.
+        whether they finish the text (potentials.last_step). Default: None.
         """
         return None
 

@@ -91,8 +91,8 @@ class Lifted(Potential):
         # and inner tokens (potentials.lift_text); elsewhere it is a walk of the trie
         self.text_masks = TextMasks(potential, lm, self.size, self.stats, self._lm_table,
                               self._walk_mask, self._full_trie)
-        # complete_key k -> the tokens after which the text can end (``finishing``)
-        self._finishing: OrderedDict[Any, np.ndarray] = OrderedDict()
+        # complete_key k -> the tokens after which the text can end (``last_step_mask``)
+        self._last_step_masks: OrderedDict[Any, np.ndarray] = OrderedDict()
         self._final: np.ndarray | None = None
         self._root_live: bool | None = None
 
@@ -237,9 +237,9 @@ class Lifted(Potential):
         key = self.potential.mask_key(state)
         return key is not None and key not in self._masks
 
-    async def finishing(self, ctx: Sequence[int], cheap: bool = False) -> np.ndarray | None:
+    async def last_step_mask(self, ctx: Sequence[int], cheap: bool = False) -> np.ndarray | None:
         """The sorted non-EOS token ids t with complete(ctx t) > -inf (the tokens after which
-        a forced EOS keeps the text: potentials.finishing).
+        a forced EOS keeps the text: potentials.last_step).
 
         With a ``complete_key`` for the state: one walk of the trie per key (dead subtrees
         skipped, acceptance read at each token), kept. Otherwise only these tokens are asked,
@@ -254,13 +254,13 @@ class Lifted(Potential):
         pot = self.potential
         key = pot.complete_key(state)
         if key is not None:
-            got = self._finishing.get(key)
+            got = self._last_step_masks.get(key)
             if got is None:
                 if cheap:
                     return None
-                got = self._finishing[key] = await self._finishing_walk(state)
-                if len(self._finishing) > self.mask_cache_size:
-                    self._finishing.popitem(last=False)
+                got = self._last_step_masks[key] = await self._last_step_walk(state)
+                if len(self._last_step_masks) > self.mask_cache_size:
+                    self._last_step_masks.popitem(last=False)
             return got
         candidates = self._final_candidates()
         inner = pot.inner_text_key(state)
@@ -290,7 +290,7 @@ class Lifted(Potential):
             self._final = np.flatnonzero(ok)
         return self._final
 
-    async def _finishing_walk(self, state: Any) -> np.ndarray:
+    async def _last_step_walk(self, state: Any) -> np.ndarray:
         """The trie walk of ``_walk`` from ``state``, keeping the tokens whose state accepts."""
         state_complete = self.potential.state_complete
         keep: list[int] = []

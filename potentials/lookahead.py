@@ -58,7 +58,7 @@ class Lookahead(Potential):
         lifted: the lifted constraint whose byte states give y.
         rate: nats per byte written off the completion (> 0).
         inner: the potential whose weights are twisted (default ``lifted``; the last step's
-            ``potentials.finishing.Finishing(lifted)``, see ``for_inner``).
+            ``potentials.last_step.LastStep(lifted)``, see ``for_inner``).
     """
 
     def __init__(self, lifted: Lifted, rate: float, inner: Potential | None = None):

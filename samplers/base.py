@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from potentials.base import Potential
-from potentials.finishing import last_step
+from potentials.last_step import last_step
 from smc.backends.base import (
     LMBackend, NextTokenDists, check_backend, dists_from_logprobs, next_token_dists,
 )
@@ -219,24 +219,24 @@ class TokenSampler(ABC):
             return logp
         return logp + await self.potential_logw(ctx)
 
-    def finishing(self) -> "TokenSampler":
+    def for_last_step(self) -> "TokenSampler":
         """This sampler for a step after which EOS is forced: the same class, LM, prompt and
-        settings, targeting ``potentials.finishing.last_step(potential)`` (tokens after which
+        settings, targeting ``potentials.last_step.last_step(potential)`` (tokens after which
         the text cannot finish get weight 0; exact, see that module). ``self`` without a
         potential. Built once and kept; it shares ``stats`` with this sampler."""
-        got = self.__dict__.get("_finishing")
+        got = self.__dict__.get("_for_last_step")
         if got is None:
             if self.potential is None:
                 got = self
             else:
                 got = copy.copy(self)
-                for private in ("_finishing", "_population_batcher"):
+                for private in ("_for_last_step", "_population_batcher"):
                     got.__dict__.pop(private, None)  # the batcher is bound to this sampler
                 got.potential = last_step(self.potential)
                 inner = getattr(self, "inner", None)
                 if isinstance(inner, TokenSampler):  # a ProposalSampler's inner sampler
-                    got.inner = inner.finishing()
-            self._finishing = got
+                    got.inner = inner.for_last_step()
+            self._for_last_step = got
         return got
 
     #: True when the sampler has a population step (``_sample_population``)

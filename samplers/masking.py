@@ -19,9 +19,9 @@ from samplers.direct import DirectSampler
 class MaskingSampler(DirectSampler):
     """Draw from t / T; weight 0 (not properly weighted; see module docstring)."""
 
-    def finishing(self) -> "MaskingSampler":
+    def for_last_step(self) -> "MaskingSampler":
         """Itself: the baseline stays plain local masking, which knows nothing of max_tokens
-        (the last-step restriction of TokenSampler.finishing is part of exact SMC)."""
+        (the last-step restriction of TokenSampler.for_last_step is part of exact SMC)."""
         return self
 
     async def _sample(self, ctx: tuple[int, ...], draw: Draw) -> tuple[int, float]:

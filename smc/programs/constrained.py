@@ -24,9 +24,9 @@ class ConstrainedGeneration(Model):
     Initial weight phi.prefix(()); each step draws a token with the sampler and scores its
     weight; EOS finishes. After ``max_tokens`` tokens EOS is forced with the target's weight
     log sum_{e in EOS} p(e | x) exp(logw_next(x)[e]). The last sampled token (max_tokens - 1
-    tokens so far) is drawn with ``sampler.finishing()``: only tokens after which the text can
+    tokens so far) is drawn with ``sampler.for_last_step()``: only tokens after which the text can
     finish, so no particle is spent on a prefix the forced EOS would give weight 0 (the target
-    and the unbiasedness of Ẑ are unchanged: potentials.finishing).
+    and the unbiasedness of Ẑ are unchanged: potentials.last_step).
 
     With ``finish_share`` = s in (0, 1), every step before the forced EOS banks (``Model.bank``)
     the finished text x with log weight
@@ -92,10 +92,10 @@ class ConstrainedGeneration(Model):
         return pot.twist(self.tokens) if isinstance(pot, Lookahead) else 0.0
 
     def _sampler_now(self) -> TokenSampler:
-        """The sampler of this step: ``sampler.finishing()`` for the last token before the
+        """The sampler of this step: ``sampler.for_last_step()`` for the last token before the
         forced EOS (only tokens after which the text can finish; the same target pi, see
-        potentials.finishing), else ``sampler``."""
-        return self.sampler.finishing() if len(self.tokens) == self.max_tokens - 1 else self.sampler
+        potentials.last_step), else ``sampler``."""
+        return self.sampler.for_last_step() if len(self.tokens) == self.max_tokens - 1 else self.sampler
 
     def _take(self, token: int, logw: float) -> None:
         self.score(logw)

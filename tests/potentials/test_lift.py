@@ -268,7 +268,7 @@ async def test_build_tables_leaves_no_table_for_masks_to_build():
     assert len(built) == 4
     await lifted.logw_next(())
     await lifted.logw_next((2,))
-    await lifted.finishing((2,))
+    await lifted.last_step_mask((2,))
     assert set(lifted._tables) == built
 
 

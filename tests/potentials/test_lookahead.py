@@ -10,7 +10,7 @@ import pytest
 import smc
 from potentials import JSONSchema, Regex
 from smc.core.logmath import NEG_INF
-from potentials.finishing import last_step
+from potentials.last_step import last_step
 from potentials.lookahead import Lookahead
 from potentials.testing import PotentialContract
 from smc.programs.constrained import target_potential
@@ -43,7 +43,7 @@ def run(coro):
 
 def test_one_g_at_every_step_and_at_the_last():
     """logw_next and logw_subset agree, for the potential and its last-step twin, and the twin
-    twists the finishing tokens exactly as the potential does."""
+    twists the ending tokens exactly as the potential does."""
     pot = square()
     twin = last_step(pot)
     for ctx in [(), (0,), (0, 1), (3, 0), (0, 1, 0)]:

@@ -131,7 +131,7 @@ async def test_recursive_pattern_rejects_non_word_text_without_the_regex_engine(
 
 @pytest.mark.parametrize("row", NOSAMPLE + SUBSET, ids=[r["regex"] for r in NOSAMPLE + SUBSET])
 async def test_complete_after_equals_advance_then_complete(row):
-    # the shortcut the last step before the forced EOS uses (potentials.finishing)
+    # the shortcut the last step before the forced EOS uses (potentials.last_step)
     pot = Regex(row["regex"])
     data = row["example"].encode()
     for i in range(len(data) + 1):

@@ -3,7 +3,7 @@
 ``smc.generate`` forces EOS after ``max_tokens`` tokens, and the forced EOS scores
 exp(complete(x) - prefix(x)), which is 0 unless x is a finished text. So at the last sampled
 step (T - 1 tokens so far, T = max_tokens) a token a, not EOS, after which x a cannot finish only
-makes a particle of weight 0. ``Finishing(phi)`` drops those tokens from the step's target:
+makes a particle of weight 0. ``LastStep(phi)`` drops those tokens from the step's target:
 
     logw_next'(x)[a] = logw_next(x)[a]   if complete(x a) > -inf     (a not EOS)
                        -inf              otherwise
@@ -18,7 +18,7 @@ last step spends its particles only on texts that finish, instead of on prefixes
 EOS would kill (the particles of issue 10 that were still writing at 32 tokens).
 
 Works for any token-level potential. Lifted byte potentials take the fast path of
-``Lifted.finishing``: one trie walk per ``complete_key`` (a DFA state), or only the tokens that
+``Lifted.last_step_mask``: one trie walk per ``complete_key`` (a DFA state), or only the tokens that
 end in one of the potential's ``final_bytes`` (for JSON: ``}`` and whitespace under an object
 root), so the step costs O(V) in Python only for potentials that declare neither. Only the one
 step uses it; it is not a potential over whole sequences.
@@ -36,11 +36,11 @@ from potentials.base import Potential
 from potentials.lift import Lifted
 from potentials.lookahead import Lookahead
 
-#: next-token rows and supports kept per Finishing potential (a few particles' last steps)
+#: next-token rows and supports kept per LastStep potential (a few particles' last steps)
 ROW_CACHE = 64
 
 
-class Finishing(Potential):
+class LastStep(Potential):
     """``inner`` restricted, for one step, to tokens after which the text can finish (above).
 
     Args:
@@ -49,7 +49,7 @@ class Finishing(Potential):
 
     def __init__(self, inner: Potential):
         if not isinstance(inner, Potential):
-            raise TypeError(f"Finishing needs a Potential, got {type(inner).__name__}")
+            raise TypeError(f"LastStep needs a Potential, got {type(inner).__name__}")
         self.inner = inner
         self.size = inner.size
         self.eos_ids = tuple(inner.eos_ids)
@@ -59,7 +59,7 @@ class Finishing(Potential):
         self._supports: OrderedDict[Any, np.ndarray] = OrderedDict()
 
     def __repr__(self) -> str:
-        return f"Finishing({self.inner!r})"
+        return f"LastStep({self.inner!r})"
 
     def extend(self, ctx: Any, symbol: int) -> Any:
         return self.inner.extend(ctx, symbol)
@@ -82,7 +82,7 @@ class Finishing(Potential):
 
     async def known_support(self, ctx: Any) -> np.ndarray | None:
         """For a Boolean lifted inner potential, the tokens that finish the text and EOS where
-        it may end (all of weight 0), when ``Lifted.finishing`` knows them cheaply (a cached
+        it may end (all of weight 0), when ``Lifted.last_step_mask`` knows them cheaply (a cached
         ``complete_key``, or few candidate tokens to ask): the samplers' exact step then
         replaces the rejection loop at the last step. Else None."""
         inner = self.inner
@@ -91,7 +91,7 @@ class Finishing(Potential):
         key = tuple(ctx)
         got = self._supports.get(key)
         if got is None:
-            keep = await inner.finishing(ctx, cheap=True)
+            keep = await inner.last_step_mask(ctx, cheap=True)
             if keep is None:
                 return None
             if await inner.complete(ctx) > NEG_INF:
@@ -112,9 +112,9 @@ class Finishing(Potential):
         out = np.full(self.size, NEG_INF)
         inner = self.inner
         if isinstance(inner, Lifted):
-            # the finishing tokens from the byte state (Lifted.finishing: per complete_key, or
+            # the ending tokens from the byte state (Lifted.last_step_mask: per complete_key, or
             # only the tokens ending in a final byte); a Boolean potential weighs each 0
-            keep = await inner.finishing(ctx)
+            keep = await inner.last_step_mask(ctx)
             if len(keep):
                 out[keep] = 0.0 if inner.potential.boolean else await inner.logw_subset(ctx, keep)
             out[list(self.eos_ids)] = await inner.logw_subset(ctx, list(self.eos_ids))
@@ -141,9 +141,9 @@ class Finishing(Potential):
 
 
 def last_step(potential: Potential) -> Potential:
-    """The potential of the step after which EOS is forced: ``Finishing(potential)``, and for a
-    ``Lookahead`` the same twist over ``Finishing`` of its inner potential (the twist's g is one
+    """The potential of the step after which EOS is forced: ``LastStep(potential)``, and for a
+    ``Lookahead`` the same twist over ``LastStep`` of its inner potential (the twist's g is one
     function of (x, a) at every step, as the program's untwisting assumes)."""
     if isinstance(potential, Lookahead):
-        return potential.for_inner(Finishing(potential.inner))
-    return Finishing(potential)
+        return potential.for_inner(LastStep(potential.inner))
+    return LastStep(potential)

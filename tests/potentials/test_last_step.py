@@ -1,4 +1,4 @@
-"""The last step before the forced EOS (potentials.finishing, TokenSampler.finishing): its target
+"""The last step before the forced EOS (potentials.last_step, TokenSampler.for_last_step): its target
 is the inner potential's restricted to tokens after which the text can finish, its samplers are
 properly weighted for it (exact enumeration), and SMC keeps an unbiased Ẑ and the same posterior
 (design.md tests 1 and 2) while no longer spending particles on texts the forced EOS kills."""
@@ -15,7 +15,7 @@ import regex
 import smc
 from potentials import JSONSchema, Regex
 from smc.core.logmath import NEG_INF
-from potentials.finishing import Finishing
+from potentials.last_step import LastStep
 from potentials.lift import Lifted
 from samplers import AWRSSampler, DirectSampler, MaskingSampler, ProposalSampler
 from tests.toy_problems import FastToyLM, TokenPredicate, enumerate_paths, exact_target
@@ -57,7 +57,7 @@ def _viable(x: tuple[int, ...]) -> bool:
 def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx, pattern):
     inner = _lifted(pattern)
     assert inner.potential.exact == (pattern == PATTERN)
-    fin = Finishing(inner)
+    fin = LastStep(inner)
     base = asyncio.run(inner.logw_next(ctx))
     got = asyncio.run(fin.logw_next(ctx))
     for a in range(len(VOCAB)):
@@ -68,7 +68,7 @@ def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx, pattern):
             assert got[a] == (base[a] if finishes else NEG_INF), (ctx, a)
     np.testing.assert_array_equal(asyncio.run(fin.logw_subset(ctx, [3, 0, EOS, 2])), got[[3, 0, EOS, 2]])
     got[:] = 7.0  # a caller writing into its row does not change the cached one
-    np.testing.assert_array_equal(asyncio.run(fin.logw_next(ctx)), asyncio.run(Finishing(inner).logw_next(ctx)))
+    np.testing.assert_array_equal(asyncio.run(fin.logw_next(ctx)), asyncio.run(LastStep(inner).logw_next(ctx)))
     got = asyncio.run(fin.logw_next(ctx))
     # known without logw_next once the DFA state's walk is cached; at once on the fallback
     support = asyncio.run(fin.known_support(ctx))
@@ -76,7 +76,7 @@ def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx, pattern):
     assert support.tolist() == np.flatnonzero(got > NEG_INF).tolist() and np.all(got[support] == 0.0)
     # the generic path (any token-level potential) agrees with the lifted fast path
     pred = TokenPredicate(len(VOCAB), [EOS], _viable, _full)
-    np.testing.assert_array_equal(asyncio.run(Finishing(pred).logw_next(ctx)), got)
+    np.testing.assert_array_equal(asyncio.run(LastStep(pred).logw_next(ctx)), got)
 
 
 @pytest.mark.parametrize("ctx", [(), (0,), (2,), (2, 0)])
@@ -87,10 +87,10 @@ def test_weights_are_the_inner_ones_where_the_text_can_finish(ctx, pattern):
     lambda pot: ProposalSampler(LM, pot, inner=AWRSSampler),
 ], ids=["direct", "awrs", "awrs-cap1", "proposal-awrs"])
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_finishing_sampler_is_properly_weighted_by_enumeration(make, ctx, pattern):
-    sampler = make(_lifted(pattern)).finishing()
-    assert isinstance(sampler.potential, Finishing)
-    assert make(_lifted()).finishing() is not None and sampler.finishing() is not sampler
+def test_last_step_sampler_is_properly_weighted_by_enumeration(make, ctx, pattern):
+    sampler = make(_lifted(pattern)).for_last_step()
+    assert isinstance(sampler.potential, LastStep)
+    assert make(_lifted()).for_last_step() is not None and sampler.for_last_step() is not sampler
     want = np.exp(np.log(np.array(lm_probs(ctx))) + asyncio.run(sampler.potential.logw_next(ctx)))
     acc = np.zeros(len(VOCAB))
     paths = enumerate_paths(lambda draw: asyncio.run(sampler.sample(ctx, draw)))
@@ -127,9 +127,9 @@ def test_lifted_finishing_is_every_token_after_which_the_text_completes(constrai
         if mask_first:  # a cached mask at this state narrows the candidates first
             asyncio.run(lifted.logw_next(ctx))
         want = [t for t in range(eos) if asyncio.run(lifted.complete(ctx + (t,))) > NEG_INF]
-        assert asyncio.run(lifted.finishing(ctx)).tolist() == want, text
-        support = asyncio.run(Finishing(lifted).known_support(ctx))
-        if support is not None:  # the finishing tokens and EOS where the text may end
+        assert asyncio.run(lifted.last_step_mask(ctx)).tolist() == want, text
+        support = asyncio.run(LastStep(lifted).known_support(ctx))
+        if support is not None:  # the ending tokens and EOS where the text may end
             done = asyncio.run(lifted.complete(ctx)) > NEG_INF
             assert support.tolist() == want + [eos] * done, text
     final = lifted.potential.final_bytes()
@@ -139,13 +139,13 @@ def test_lifted_finishing_is_every_token_after_which_the_text_completes(constrai
 
 def test_finishing_is_built_once_and_only_with_a_potential():
     s = AWRSSampler(LM, _lifted())
-    assert s.finishing() is s.finishing() and s.finishing().stats is s.stats
+    assert s.for_last_step() is s.for_last_step() and s.for_last_step().stats is s.stats
     plain = AWRSSampler(LM, None)
-    assert plain.finishing() is plain
+    assert plain.for_last_step() is plain
     masking = MaskingSampler(LM, _lifted())
-    assert masking.finishing() is masking  # the improper baseline stays plain masking
+    assert masking.for_last_step() is masking  # the improper baseline stays plain masking
     with pytest.raises(TypeError, match="Potential"):
-        Finishing("(ab)+")
+        LastStep("(ab)+")
 
 
 @pytest.mark.parametrize("max_tokens", [3, 4])
