@@ -284,7 +284,7 @@ def test_load_lm_bad_input_table(tmp_path):
     for kwargs, exc, msg in cases:
         out = within(10, smc.load_lm, **kwargs)
         err = out.get("error")
-        assert type(err) is exc, (kwargs, err)
+        assert isinstance(err, exc) and isinstance(err, smc.SmcSteerError), (kwargs, err)
         assert msg in str(err), (kwargs, str(err))
         assert out["elapsed"] < 5, kwargs  # checked before any model is loaded
 

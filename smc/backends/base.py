@@ -149,6 +149,25 @@ def check_backend(obj: Any, what: str = "lm") -> None:
         )
 
 
+def check_backend_kwargs(kwargs: dict[str, Any], accepted: set[str] | frozenset[str], backend: str) -> None:
+    """Errors for a backend's keyword arguments before the (slow) model load: an unknown name,
+    and the options every caching backend shares (``max_batch`` >= 1, ``cache_budget_bytes``
+    >= 0, ``kv_cache`` a bool or None)."""
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        raise InvalidArgumentType(
+            f"unknown argument(s) for the {backend} backend: {', '.join(unknown)} "
+            f"(accepted: {', '.join(sorted(accepted))}, device, dtype)"
+        )
+    for key, low in (("max_batch", 1), ("cache_budget_bytes", 0)):
+        if key in kwargs:
+            v = kwargs[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InvalidArgument(f"{key} must be an integer >= {low}, got {v!r}")
+    if kwargs.get("kv_cache") not in (None, True, False):
+        raise InvalidArgument(f"kv_cache must be True, False or None, got {kwargs['kv_cache']!r}")
+
+
 class AsyncLM(ABC):
     """Base class for backends: request validation, decoding, and the batch method.
 

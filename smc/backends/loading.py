@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from smc.backends.base import check_backend_kwargs
+from smc.core.errors import InvalidArgument, InvalidArgumentType
 from smc.backends.hf import HFLM
 from smc.backends.mlx import MLXLM, check_mlx_args
 from smc.backends.quantization import check_quantization
@@ -131,42 +133,30 @@ def check_device(device: Any) -> torch.device | None:
     if device is None:
         return None
     if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', got {type(device).__name__}")
+        raise InvalidArgumentType(f"device must be a string such as 'cpu' or 'cuda', got {type(device).__name__}")
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError) as e:
-        raise ValueError(f"invalid device {device!r} (use 'cpu', 'cuda' or 'cuda:N'): {e}") from None
+        raise InvalidArgument(f"invalid device {device!r} (use 'cpu', 'cuda' or 'cuda:N'): {e}") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             why = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU is visible"
-            raise ValueError(f"device={str(device)!r} but CUDA is not available ({why}); use device='cpu'")
+            raise InvalidArgument(f"device={str(device)!r} but CUDA is not available ({why}); use device='cpu'")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
+            raise InvalidArgument(
                 f"device={str(device)!r} but only {torch.cuda.device_count()} CUDA device(s) are visible"
             )
     elif dev.type == "mps":
         if not torch.backends.mps.is_available():
-            raise ValueError(f"device={str(device)!r} but MPS is not available here; use device='cpu'")
+            raise InvalidArgument(f"device={str(device)!r} but MPS is not available here; use device='cpu'")
     elif dev.type != "cpu":
-        raise ValueError(f"unsupported device {str(device)!r}; use 'cpu' or 'cuda'")
+        raise InvalidArgument(f"unsupported device {str(device)!r}; use 'cpu' or 'cuda'")
     return dev
 
 
 def _check_hf_kwargs(kwargs: dict[str, Any]) -> None:
     """Errors for HFLM's keyword arguments before the (slow) model load."""
-    unknown = sorted(set(kwargs) - _HF_KWARGS)
-    if unknown:
-        raise TypeError(
-            f"unknown argument(s) for the hf backend: {', '.join(unknown)} "
-            f"(accepted: {', '.join(sorted(_HF_KWARGS))}, device, dtype)"
-        )
-    for key, low in (("max_batch", 1), ("cache_budget_bytes", 0)):
-        if key in kwargs:
-            v = kwargs[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{key} must be an integer >= {low}, got {v!r}")
-    if kwargs.get("kv_cache") not in (None, True, False):
-        raise ValueError(f"kv_cache must be True, False or None, got {kwargs['kv_cache']!r}")
+    check_backend_kwargs(kwargs, _HF_KWARGS, "hf")
     check_quantization(kwargs.get("quantization"))
 
 
@@ -177,24 +167,24 @@ def resolve_model_name(name: Any) -> str:
     is taken as a Hub id ("org/name") unless it looks like a path, which then does not exist.
     """
     if not isinstance(name, (str, os.PathLike)):
-        raise TypeError(f"model name must be a string or a path, got {type(name).__name__}")
+        raise InvalidArgumentType(f"model name must be a string or a path, got {type(name).__name__}")
     text = os.fspath(name)
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"model name must be a non-empty string, got {text!r}")
+        raise InvalidArgument(f"model name must be a non-empty string, got {text!r}")
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ValueError(
+            raise InvalidArgument(
                 f"{text!r} is a directory without a model in it (no config.json); pass a folder "
                 "written by save_pretrained, or a Hugging Face Hub id such as 'org/name'"
             )
         return str(path)
     if path.exists():
-        raise ValueError(f"{text!r} is a file, not a model directory or a Hugging Face Hub id")
+        raise InvalidArgument(f"{text!r} is a file, not a model directory or a Hugging Face Hub id")
     if text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1:
-        raise ValueError(f"no such model directory: {text!r}")
+        raise InvalidArgument(f"no such model directory: {text!r}")
     if not _HUB_ID.fullmatch(text):
-        raise ValueError(
+        raise InvalidArgument(
             f"{text!r} is neither an existing directory nor a valid Hugging Face Hub id ('org/name')"
         )
     return text
@@ -244,7 +234,7 @@ def _local_snapshot(hub_id: str) -> str:
         return snapshot_download(hub_id, local_files_only=True)
     except Exception:  # noqa: BLE001 - any failure means: not usable from the cache
         why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"{_hub_endpoint()} cannot be reached"
-        raise ValueError(
+        raise InvalidArgument(
             f"cannot load model {hub_id!r}: it is not a local directory, not in the Hugging Face "
             f"cache ({constants.HF_HUB_CACHE}), and the Hub is offline ({why}); download it where "
             "there is internet access, or pass a local model directory"
@@ -281,7 +271,7 @@ def load_lm(
             argument (e.g. ``"bitsandbytes"``, ``"awq"``).
     """
     if not isinstance(backend, str) or backend not in ("hf", "vllm", "mlx"):
-        raise ValueError(f"unknown backend {backend!r}; choose 'hf', 'vllm' or 'mlx'")
+        raise InvalidArgument(f"unknown backend {backend!r}; choose 'hf', 'vllm' or 'mlx'")
     if backend == "mlx":
         check_mlx_args(kwargs, device, dtype)
         path = embedded_model_dir() if name is None else resolve_model_name(name)
@@ -295,7 +285,7 @@ def load_lm(
         name = resolve_model_name(name)
     if backend == "vllm":
         if kwargs.get("quantization") in ("8bit", "4bit"):
-            raise ValueError(
+            raise InvalidArgument(
                 f"quantization={kwargs['quantization']!r} is the hf backend's; vLLM takes its own "
                 "engine argument (e.g. quantization='bitsandbytes' for a bitsandbytes 4-bit model)"
             )

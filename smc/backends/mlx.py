@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from smc.backends.base import AsyncLM, NextTokenDists, new_counters
+from smc.backends.base import AsyncLM, NextTokenDists, check_backend_kwargs, new_counters
 from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
 from smc.backends.prompts import TokenizerPrompts
@@ -521,19 +521,7 @@ def _generation_eos(path: Path) -> int | list[int] | None:
 
 def check_mlx_args(kwargs: dict[str, Any], device: Any, dtype: Any) -> None:
     """Errors for ``load_lm(backend="mlx")``'s arguments before the (slow) model load."""
-    unknown = sorted(set(kwargs) - MLX_KWARGS)
-    if unknown:
-        raise TypeError(
-            f"unknown argument(s) for the mlx backend: {', '.join(unknown)} "
-            f"(accepted: {', '.join(sorted(MLX_KWARGS))}, device, dtype)"
-        )
-    for key, low in (("max_batch", 1), ("cache_budget_bytes", 0)):
-        if key in kwargs:
-            v = kwargs[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{key} must be an integer >= {low}, got {v!r}")
-    if kwargs.get("kv_cache") not in (None, True, False):
-        raise ValueError(f"kv_cache must be True, False or None, got {kwargs['kv_cache']!r}")
+    check_backend_kwargs(kwargs, MLX_KWARGS, "mlx")
     if device is not None and device not in DEVICES:
         raise ValueError(f"unknown MLX device {device!r}; use 'cpu' or 'gpu' (Metal)")
     if dtype is not None and dtype not in DTYPES:
