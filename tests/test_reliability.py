@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -530,3 +531,66 @@ def test_embedded_lm_cache_within_budget_and_exact(embedded_lm):
     assert small.trie.evictions > 0
     small.clear_cache()
     assert small.trie.pool.numel() * small.trie.pool.element_size() == initial
+
+
+# --------------------------------------------------------------------------- files written (issue 35)
+def _tree(root: Path) -> dict:
+    """Every entry under ``root`` (links not followed): kind, and the bytes of regular files."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            out[str(p.relative_to(root))] = (
+                "link:" + os.readlink(p) if p.is_symlink()
+                else p.read_bytes() if p.is_file() and not stat.S_ISFIFO(st.st_mode)
+                else stat.S_IFMT(st.st_mode))
+    return out
+
+
+def _unwritable_targets(tmp: Path) -> list[tuple[object, str]]:
+    """Checkpoint paths that must be refused before any work, and their message. No real device
+    or system file is ever a target: a FIFO, links and directories in ``tmp``; for 'cannot be
+    written', a new file under /proc (nothing can be created there) and a missing directory."""
+    os.mkfifo(tmp / "fifo")
+    (tmp / "precious.txt").write_text("not a checkpoint")
+    os.symlink(tmp / "precious.txt", tmp / "link")
+    os.symlink(tmp / "nowhere", tmp / "dangling")
+    (tmp / "dir").mkdir()
+    return [
+        (tmp / "fifo", "is not a regular file (a FIFO)"),
+        (tmp / "link", "is a symbolic link"),
+        (tmp / "dangling", "is a symbolic link"),
+        (tmp / "dir", "is a directory"),
+        (tmp / "precious.txt", "is not a smc-steer checkpoint"),
+        ("/proc/smc-steer-cannot-be-here", "cannot be written"),
+        (tmp / "missing" / "x.ckpt", "does not exist"),
+    ]
+
+
+def test_checkpoint_never_replaces_what_the_library_did_not_write(tmp_path):
+    cases = _unwritable_targets(tmp_path)
+    before = _tree(tmp_path)
+    for path, msg in cases:
+        lm = toy()
+        for call in (lambda: smc.generate("", Regex("[12]+"), lm=lm, particles=2, max_tokens=3,
+                                          checkpoint=path, progress=False),
+                     lambda: smc.Request("", checkpoint=path),
+                     lambda: smc.resume(path, lm=lm)):
+            out = within(20, call)
+            err = out.get("error")
+            assert isinstance(err, smc.SmcSteerError) and isinstance(err, ValueError), (path, out)
+            assert msg in str(err), (path, err)
+            assert "\n" not in str(err)
+        assert lm.stats["requests"] == 0  # refused before any work
+    assert _tree(tmp_path) == before  # nothing changed, no temporary file left
+
+
+def test_checkpoint_of_a_run_is_written_and_resumed_beside_other_files(tmp_path):
+    (tmp_path / "empty.ckpt").write_bytes(b"")  # an empty file (e.g. from mkstemp) may be used
+    lm = toy()
+    kw = dict(lm=lm, particles=2, max_tokens=3, seed=0, progress=False)
+    full = smc.generate("", Regex("[12]+"), **kw)
+    smc.generate("", Regex("[12]+"), checkpoint=tmp_path / "empty.ckpt", **kw)
+    assert sorted(os.listdir(tmp_path)) == ["empty.ckpt"]
+    assert smc.resume(tmp_path / "empty.ckpt", lm=lm).log_ml == full.log_ml

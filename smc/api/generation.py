@@ -266,8 +266,10 @@ async def aresume(
     checkpoint: Any = SAME_FILE,
 ) -> Result:
     """Continue the run checkpointed at ``path`` (async); see ``resume``."""
-    if checkpoint is not SAME_FILE and checkpoint is not None:
-        check_path(checkpoint)
+    # the file the run goes on writing, checked before any work by the one rule for files written
+    target = path if checkpoint is SAME_FILE else checkpoint
+    if target is not None:
+        check_path(target)
     result, header = await aresume_run(path, lm=lm, shared=shared, critic=critic, progress=progress,
                                        checkpoint=checkpoint, rebuild=rebuild_program)
     program = header["program"]

@@ -32,13 +32,15 @@ import io
 import json
 import os
 import pickle
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from smc.backends.base import LMBackend, is_lm
-from smc.core.errors import SmcSteerError
+from smc.core.errors import InvalidArgumentType, SmcSteerError
 from smc.core.version import VERSION
 from smc.programs.model import Model, Sample
 from smc.programs.sharing import ATOMIC_TYPES, children, is_shared, shared_paths
@@ -142,23 +144,92 @@ def _unpicklable(obj: Any, ids: dict[int, str], records: dict, path: str, seen: 
 
 
 def check_path(path: Any) -> Path:
-    """``path`` as a Path whose directory exists; TypeError/ValueError naming the problem."""
+    """``path`` as a Path a checkpoint may be written to, checked before any work; the one rule
+    for every file the library writes (``Request``, ``smc.smc``, ``resume``).
+
+    The file is replaced by a rename (``atomic_write``), which replaces whatever is at ``path``.
+    So nothing the library did not write may be there: ``path`` must be absent, an empty regular
+    file, or a regular file that begins with the checkpoint marker (a checkpoint), never a
+    symbolic link (the rename would replace the link itself), a directory, a FIFO, a device or
+    any other special file. Its directory must exist and accept a new file (tried by creating
+    and removing an empty temporary file there, as every write does). CheckpointError (a
+    ValueError) naming the problem, TypeError for a value that is not a path.
+    """
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"checkpoint must be a file path (str or os.PathLike), got {type(path).__name__}")
+        raise InvalidArgumentType(f"checkpoint must be a file path (str or os.PathLike), got {type(path).__name__}")
     p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"checkpoint {str(p)!r} is a directory; give a file path")
+    shown = str(p)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise CheckpointError(f"checkpoint {shown!r} cannot be used: {err.strerror or err}") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise CheckpointError(
+                f"checkpoint {shown!r} is a symbolic link; writing the checkpoint would replace the "
+                "link, so give the path of the file itself")
+        if stat.S_ISDIR(st.st_mode):
+            raise CheckpointError(f"checkpoint {shown!r} is a directory; give a file path")
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(
+                f"checkpoint {shown!r} exists and is not a regular file ({_file_kind(st.st_mode)}); "
+                "the library writes only regular files it created: give another path")
+        if not _is_ours(p):
+            raise CheckpointError(
+                f"checkpoint {shown!r} exists and is not a smc-steer checkpoint; the library "
+                "replaces only files it wrote (or empty ones): give another path, or remove it")
     if not p.parent.is_dir():
-        raise ValueError(f"checkpoint {str(p)!r}: the directory {str(p.parent)!r} does not exist")
+        raise CheckpointError(f"checkpoint {shown!r}: the directory {str(p.parent)!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    except OSError as err:
+        raise CheckpointError(
+            f"checkpoint {shown!r} cannot be written: the directory {str(p.parent)!r} does not "
+            f"accept new files ({err.strerror or err})") from None
+    os.close(fd)
+    os.unlink(tmp)
     return p
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically: a temporary file in the same directory, fsync'd,
-    then os.replace (and an fsync of the directory, so the rename itself survives a crash)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def _is_ours(p: Path) -> bool:
+    """Whether the regular file ``p`` is empty or begins with the checkpoint marker (an
+    unreadable one is not ours)."""
     try:
-        with open(tmp, "wb") as f:
+        with open(p, "rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError:
+        return False
+    return head in (b"", MAGIC)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically: a new temporary file in the same directory
+    (created exclusively: never an existing file or a link's target), fsync'd, then os.replace
+    (and an fsync of the directory, so the rename itself survives a crash). CheckpointError,
+    writing nothing, when ``path`` has become something other than a regular file since
+    ``check_path`` (the rename would replace it)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is no longer a regular file (something replaced it during "
+            "the run); it was left as it is and the run stopped")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -266,11 +337,23 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _read(path: str | os.PathLike, payload: bool = True) -> tuple[dict[str, Any], bytes, bytes]:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentType(f"a checkpoint is a file path (str or os.PathLike), got {type(path).__name__}")
     p = Path(path)
     try:
-        f = open(p, "rb")
+        st = os.stat(p)
     except FileNotFoundError:
         raise FileNotFoundError(f"no checkpoint file at {str(p)!r}") from None
+    except OSError as err:
+        raise CheckpointError(f"cannot read the checkpoint {str(p)!r}: {err.strerror or err}") from None
+    if not stat.S_ISREG(st.st_mode):
+        # opening a FIFO would wait for a writer forever; a directory cannot be read
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else _file_kind(st.st_mode)
+        raise CheckpointError(f"{str(p)!r} is {what}, not a checkpoint file")
+    try:
+        f = open(p, "rb")
+    except OSError as err:
+        raise CheckpointError(f"cannot read the checkpoint {str(p)!r}: {err.strerror or err}") from None
     with f:
         if f.read(len(MAGIC)) != MAGIC:
             raise CheckpointError(f"{str(p)!r} is not a smc-steer checkpoint (it lacks the checkpoint marker)")
