@@ -23,8 +23,10 @@ from samplers import make_sampler
 from smc.backends.base import LMBackend, check_backend
 from smc.backends.loading import load_lm
 from smc.backends.prompts import Prompt, encode_prompt
+from smc.core import defaults
 from smc.core.errors import InvalidArgument, InvalidArgumentType
-from smc.engine.checkpoint import CheckpointError, check_path, type_name, vocab_fingerprint
+from smc.engine.checkpoint import (CheckpointError, check_path, lm_description, lm_mismatch, type_name,
+                                   vocab_fingerprint)
 from smc.engine.loop import SAME_FILE, Critic, aresume_run, smc
 from smc.engine.result import Result
 from smc.engine.search import run_search
@@ -123,7 +125,10 @@ async def arun(request: Request, lm: LMBackend | None = None, progress: bool | N
     ids = prompt_ids_for(lm, request)
     model = build_program(request, lm, ids)
     if request.method != "smc":
-        result = await run_search(model, request.method, request.particles, request.n_beam, request.seed)
+        # max_expansions is None for the methods other than top_k, which do not read it
+        budget = defaults.MAX_EXPANSIONS if request.max_expansions is None else request.max_expansions
+        result = await run_search(model, request.method, request.particles, request.n_beam, request.seed,
+                                  budget)
     else:
         program = None
         if request.checkpoint is not None:
@@ -138,6 +143,8 @@ async def arun(request: Request, lm: LMBackend | None = None, progress: bool | N
             progress=progress,
             progress_total=request.max_tokens + 1,
             islands=request.islands,
+            # the program finishes within max_tokens + 1 steps: the bound never cuts it
+            max_steps=request.max_tokens + 1,
             checkpoint=request.checkpoint,
             checkpoint_program=program,
         )
@@ -163,7 +170,8 @@ def checkpoint_program(request: Request, lm: LMBackend, ids: list[int]) -> tuple
             f"cannot checkpoint the run: the constraint ({type(request.constraint).__name__}) "
             f"cannot be pickled: {err}"
         ) from None
-    return {"request": request.to_json(), "prompt_ids": ids, "lm_vocab": vocab_fingerprint(lm)}, constraint
+    return {"request": request.to_json(), "prompt_ids": ids, "lm_vocab": vocab_fingerprint(lm),
+            "lm": lm_description(lm)}, constraint
 
 
 def rebuild_program(header: dict[str, Any], program_bytes: bytes, lm: LMBackend | None,
@@ -174,11 +182,9 @@ def rebuild_program(header: dict[str, Any], program_bytes: bytes, lm: LMBackend 
     if lm is None:
         raise CheckpointError("resume needs the LM the run used: pass lm=... (it is never stored)")
     check_lm(lm)
-    if vocab_fingerprint(lm) != program["lm_vocab"]:
-        raise CheckpointError(
-            f"the LM given is not the run's: its vocabulary or EOS tokens ({len(lm.vocab):,} "
-            "tokens) differ from those the run used; pass the same model"
-        )
+    why = lm_mismatch(lm, program.get("lm") or {"vocab": program["lm_vocab"]})
+    if why is not None:
+        raise CheckpointError(f"the LM given is not the run's: {why}; pass the same model")
     try:
         constraint = pickle.loads(program_bytes)
     except Exception as err:  # noqa: BLE001
@@ -231,8 +237,8 @@ def generate(
     ``smc.Request`` of its arguments (validated once, before any work) and runs it;
     ``generate(request, lm=lm)`` runs a Request built before. The settings are the Request's
     fields (``smc.Request``: particles, max_tokens, seed, sampler, sampler_options,
-    ess_threshold, resampling, islands, finish_share, lookahead, method, n_beam, critic,
-    checkpoint, chat; defaults in ``smc.core.defaults``).
+    ess_threshold, resampling, islands, finish_share, lookahead, method, n_beam, max_expansions,
+    critic, checkpoint, chat; defaults in ``smc.core.defaults``).
 
     Args:
         prompt: text, a list of chat messages, token ids, or a Request.

@@ -19,3 +19,8 @@ class InvalidArgument(SmcSteerError, ValueError):
 
 class InvalidArgumentType(SmcSteerError, TypeError):
     """An argument or request field of the wrong type; the message names it."""
+
+
+class SearchBudgetExceeded(InvalidArgument):
+    """A deterministic search (``smc.top_k``) used up its budget of expansions before it could
+    answer exactly; a caller may fall back to a heuristic search."""

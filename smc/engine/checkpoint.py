@@ -73,6 +73,39 @@ def vocab_fingerprint(lm: LMBackend) -> str:
     return h.hexdigest()[:16]
 
 
+def _tokens_fingerprint(lm: LMBackend) -> str:
+    h = hashlib.sha256()
+    for tok in lm.vocab:
+        h.update(len(tok).to_bytes(4, "little"))
+        h.update(tok)
+    return h.hexdigest()[:16]
+
+
+def lm_description(lm: LMBackend) -> dict[str, Any]:
+    """What a checkpoint stores of an LM to recognize it on resume: ``vocab`` (the fingerprint
+    of its vocabulary and EOS ids), ``vocab_size``, ``tokens`` (the fingerprint of the
+    vocabulary alone) and ``eos`` (its EOS ids), so that a mismatch can be named."""
+    return {"vocab": vocab_fingerprint(lm), "vocab_size": len(lm.vocab),
+            "tokens": _tokens_fingerprint(lm), "eos": [int(e) for e in lm.eos_token_ids]}
+
+
+def lm_mismatch(lm: LMBackend, run: dict[str, Any]) -> str | None:
+    """None when ``lm`` is the LM ``run`` (an ``lm_description``) describes, else what differs:
+    the vocabulary's size, its tokens, or the EOS ids."""
+    if vocab_fingerprint(lm) == run["vocab"]:
+        return None
+    size = run.get("vocab_size")
+    if size is not None and size != len(lm.vocab):
+        return f"its vocabulary has {len(lm.vocab):,} tokens, the run's had {size:,}"
+    eos = run.get("eos")
+    tokens = run.get("tokens")
+    if tokens is not None and tokens != _tokens_fingerprint(lm):
+        return f"its vocabulary's tokens differ from the run's (both have {len(lm.vocab):,} tokens)"
+    if eos is not None and eos != [int(e) for e in lm.eos_token_ids]:
+        return f"its EOS token ids {[int(e) for e in lm.eos_token_ids]} differ from the run's {eos}"
+    return f"its vocabulary or EOS tokens ({len(lm.vocab):,} tokens) differ from those the run used"
+
+
 def type_name(obj: Any) -> str:
     """``module.QualifiedName`` of ``obj``'s type, as a checkpoint records shared objects."""
     t = type(obj)
@@ -100,8 +133,7 @@ def name_shared(pop: list[Any]) -> tuple[dict[int, str], dict[str, dict[str, Any
 def _describe(obj: Any) -> dict[str, Any]:
     rec: dict[str, Any] = {"type": type_name(obj), "lm": is_lm(obj)}
     if rec["lm"]:
-        rec["vocab"] = vocab_fingerprint(obj)
-        rec["vocab_size"] = len(obj.vocab)
+        rec.update(lm_description(obj))
     return rec
 
 
@@ -415,18 +447,18 @@ def bind_shared(records: dict[str, dict[str, Any]], lm: LMBackend, shared: dict[
     bindings = {k: shared.get(k, lm) for k in records}
     for k, r in records.items():
         if r["lm"]:
-            check_same_lm(bindings[k], r["vocab"], r["vocab_size"], k)
+            check_same_lm(bindings[k], r, k)
     return bindings
 
 
-def check_same_lm(lm: LMBackend, fingerprint: str, vocab_size: int, what: str) -> None:
+def check_same_lm(lm: LMBackend, run: dict[str, Any], what: str) -> None:
+    """CheckpointError naming what differs unless ``lm`` is the LM the run's ``lm_description``
+    ``run`` describes (``what``: the name the run gave it)."""
     if not is_lm(lm):
         raise CheckpointError(f"{what!r} was an LM backend in the run; got a {type(lm).__name__}")
-    if vocab_fingerprint(lm) != fingerprint:
-        raise CheckpointError(
-            f"the LM given for {what!r} is not the run's: its vocabulary ({len(lm.vocab):,} tokens) "
-            f"differs from the run's ({vocab_size:,} tokens); pass the same model"
-        )
+    why = lm_mismatch(lm, run)
+    if why is not None:
+        raise CheckpointError(f"the LM given for {what!r} is not the run's: {why}; pass the same model")
 
 
 #: rebuilds, for a checkpoint's program description and bytes, the shared objects its particles
