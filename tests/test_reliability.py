@@ -751,3 +751,21 @@ def test_numpy_numbers_are_accepted_wherever_numbers_are():
         req = smc.Request("", Regex("[12]+"), **case)
         json.dumps(req.to_json())  # plain numbers in the JSON form
         assert smc.generate(req, lm=lm).finished
+
+
+# --------------------------------------------------------------------------- dead prefixes die (issue 35)
+def test_dead_prefixes_of_deep_disjunctions_and_enum_escapes_die():
+    from potentials import JSONSchema
+
+    s = {"type": "integer"}
+    for _ in range(40):  # far too wide to split into clauses: read by the branches' types
+        s = {"anyOf": [s, {"type": "string"}]}
+    j = JSONSchema(s)
+    for dead in (b"{", b"[", b"t", b"n"):
+        assert asyncio.run(j.prefix(dead)) == float("-inf"), dead
+    assert asyncio.run(j.complete(b"12")) == 0.0 and asyncio.run(j.complete(b'"x"')) == 0.0
+    e = JSONSchema({"enum": ["ab", "c\u0001d", "\u00e9", "\U0001F600"]})
+    for dead in (b'"\\u007', b'"\\u000', b'"c\\u0002', b'"c\\u01'):
+        assert asyncio.run(e.prefix(dead)) == float("-inf"), dead
+    for text in (b'"\\u0061b"', b'"\\u00e9"', b'"\\ud83d\\ude00"', b'"c\\u0001d"'):
+        assert asyncio.run(e.complete(text)) == 0.0, text
