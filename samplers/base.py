@@ -165,11 +165,12 @@ class TokenSampler(ABC):
             if name not in cls.OPTIONS:
                 known = ", ".join(cls.OPTIONS) or "none"
                 raise ValueError(f"unknown option {name!r} of the {cls.__name__}; its options: {known}")
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"{name} must be an integer >= 0, got {value!r}")
             if value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        return {**cls.OPTIONS, **options}
+        # plain ints (a numpy integer is accepted as the int it is; the JSON form needs ints)
+        return {**cls.OPTIONS, **{name: int(value) for name, value in options.items()}}
 
     def __init__(self, lm: LMBackend, potential: Potential | None = None, prompt_ids: Prompt = ()):
         check_backend(lm)

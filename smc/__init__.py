@@ -26,6 +26,7 @@ _EXPORTS = {
     "SmcSteerError": "smc.core.errors",
     "InvalidArgument": "smc.core.errors",
     "InvalidArgumentType": "smc.core.errors",
+    "SearchBudgetExceeded": "smc.core.errors",
     "Model": "smc.programs.model",
     "Sample": "smc.programs.model",
     "Shared": "smc.programs.sharing",

@@ -10,7 +10,10 @@ Timing bounds ("no hang") are generous: they catch a hang, not a slowdown.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import stat
 import subprocess
 import sys
 import threading
@@ -530,3 +533,239 @@ def test_embedded_lm_cache_within_budget_and_exact(embedded_lm):
     assert small.trie.evictions > 0
     small.clear_cache()
     assert small.trie.pool.numel() * small.trie.pool.element_size() == initial
+
+
+# --------------------------------------------------------------------------- files written (issue 35)
+def _tree(root: Path) -> dict:
+    """Every entry under ``root`` (links not followed): kind, and the bytes of regular files."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            out[str(p.relative_to(root))] = (
+                "link:" + os.readlink(p) if p.is_symlink()
+                else p.read_bytes() if p.is_file() and not stat.S_ISFIFO(st.st_mode)
+                else stat.S_IFMT(st.st_mode))
+    return out
+
+
+def _unwritable_targets(tmp: Path) -> list[tuple[object, str]]:
+    """Checkpoint paths that must be refused before any work, and their message. No real device
+    or system file is ever a target: a FIFO, links and directories in ``tmp``; for 'cannot be
+    written', a new file under /proc (nothing can be created there) and a missing directory."""
+    os.mkfifo(tmp / "fifo")
+    (tmp / "precious.txt").write_text("not a checkpoint")
+    os.symlink(tmp / "precious.txt", tmp / "link")
+    os.symlink(tmp / "nowhere", tmp / "dangling")
+    (tmp / "dir").mkdir()
+    return [
+        (tmp / "fifo", "is not a regular file (a FIFO)"),
+        (tmp / "link", "is a symbolic link"),
+        (tmp / "dangling", "is a symbolic link"),
+        (tmp / "dir", "is a directory"),
+        (tmp / "precious.txt", "is not a smc-steer checkpoint"),
+        ("/proc/smc-steer-cannot-be-here", "cannot be written"),
+        (tmp / "missing" / "x.ckpt", "does not exist"),
+    ]
+
+
+def test_checkpoint_never_replaces_what_the_library_did_not_write(tmp_path):
+    cases = _unwritable_targets(tmp_path)
+    before = _tree(tmp_path)
+    for path, msg in cases:
+        lm = toy()
+        for call in (lambda: smc.generate("", Regex("[12]+"), lm=lm, particles=2, max_tokens=3,
+                                          checkpoint=path, progress=False),
+                     lambda: smc.Request("", checkpoint=path),
+                     lambda: smc.resume(path, lm=lm)):
+            out = within(20, call)
+            err = out.get("error")
+            assert isinstance(err, smc.SmcSteerError) and isinstance(err, ValueError), (path, out)
+            assert msg in str(err), (path, err)
+            assert "\n" not in str(err)
+        assert lm.stats["requests"] == 0  # refused before any work
+    assert _tree(tmp_path) == before  # nothing changed, no temporary file left
+
+
+def test_checkpoint_of_a_run_is_written_and_resumed_beside_other_files(tmp_path):
+    (tmp_path / "empty.ckpt").write_bytes(b"")  # an empty file (e.g. from mkstemp) may be used
+    lm = toy()
+    kw = dict(lm=lm, particles=2, max_tokens=3, seed=0, progress=False)
+    full = smc.generate("", Regex("[12]+"), **kw)
+    smc.generate("", Regex("[12]+"), checkpoint=tmp_path / "empty.ckpt", **kw)
+    assert sorted(os.listdir(tmp_path)) == ["empty.ckpt"]
+    assert smc.resume(tmp_path / "empty.ckpt", lm=lm).log_ml == full.log_ml
+
+
+# --------------------------------------------------------------------------- bounds (issue 35)
+class _Forever(smc.Model):
+    """A program whose step never finishes."""
+
+    async def step(self):
+        self.score(0.0)
+
+
+def test_a_program_that_never_finishes_stops_at_the_default_step_limit():
+    from smc.core import defaults
+
+    with pytest.warns(RuntimeWarning, match=f"max_steps={defaults.MAX_STEPS} steps with 2 of 2"):
+        out = within(120, lambda: asyncio.run(smc.smc(_Forever(), 2, progress=False)))
+    r = out["result"]
+    assert r.stats["steps"] == defaults.MAX_STEPS and r.stats["max_steps_reached"]
+    assert r.log_ml == float("-inf") and not r.finished  # unfinished particles count as 0
+    with pytest.warns(RuntimeWarning, match="max_steps=3 steps"):  # numpy ints too
+        r = asyncio.run(smc.smc(_Forever(), 2, progress=False, max_steps=np.int64(3)))
+    assert r.stats["steps"] == 3
+    for search in (smc.beam(_Forever(), 2), smc.steer(_Forever(), 2, 1)):
+        r = within(120, asyncio.run, search)["result"]
+        assert r.stats["max_steps_reached"] and r.stats["steps"] == defaults.MAX_STEPS
+
+
+def test_generate_is_never_cut_by_the_step_limit():
+    lm = toy()
+    for method in ("smc", "beam", "steer"):
+        r = smc.generate("", Regex("[12a-]+"), lm=lm, particles=3, max_tokens=6, method=method, progress=False)
+        assert not r.stats.get("max_steps_reached") and r.finished
+
+
+def test_top_k_has_a_budget_reachable_from_generate_and_the_cli(tmp_path):
+    from smc.core import defaults
+
+    assert smc.Request("x", method="top_k").max_expansions == defaults.MAX_EXPANSIONS
+    assert smc.Request("x").max_expansions is None  # only top_k reads it
+    with pytest.raises(smc.SearchBudgetExceeded, match="max_expansions=3 particles before finding 3"):
+        smc.generate("", Regex("[12]+"), lm=toy(), method="top_k", particles=3, max_tokens=6,
+                     max_expansions=3, progress=False)
+    r = smc.generate("", Regex("[12]+"), lm=toy(), method="top_k", particles=3, max_tokens=6,
+                     max_expansions=np.int64(100), progress=False)
+    assert len(r.finished) == 3 and r.stats["expansions"] <= 100
+    for bad, exc, msg in [(dict(max_expansions=5), ValueError, "only used by method='top_k'"),
+                          (dict(method="top_k", max_expansions=0), ValueError, "max_expansions must be"),
+                          (dict(method="top_k", max_expansions=2.5), ValueError, "max_expansions must be")]:
+        with pytest.raises(exc, match=msg):
+            smc.Request("x", **bad)
+    assert smc.Request.from_json({"prompt": "x", "method": "top_k", "max_expansions": 7}).max_expansions == 7
+    cli = subprocess.run(
+        [sys.executable, "-m", "smc", "generate", "--prompt", "x", "--regex", "[0-9]+",
+         "--max-expansions", "5"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and "only used by method='top_k'" in cli.stderr
+    assert len(cli.stderr.strip().splitlines()) == 1
+
+
+def _words(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    out: set[str] = set()
+    while len(out) < n:
+        out.add("".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(3, 11))))
+    return sorted(out)
+
+
+def test_a_word_list_stays_on_the_automaton():
+    words = _words(20_000)
+    out = within(120, Regex, "|".join(words))
+    r = out["result"]
+    assert r.dfa is not None and r.fallback_reason is None  # not the regex-package fallback
+    for w in words[:50] + ["zz", "aaaaaaaaaaaaaaaaa"]:
+        assert asyncio.run(r.complete(w.encode())) == (0.0 if w in words else float("-inf"))
+    # a prefix of no word is dead at once
+    assert asyncio.run(r.prefix(b"qqqqqqqqqqq")) == float("-inf")
+
+
+def test_long_patterns_give_short_messages():
+    for make, msg in [(lambda: Regex("(" + "a" * 5_000 + "){1000000}"), None),
+                      (lambda: Grammar('start: /(ab){2000000}/'), "repeat counts")]:
+        out = within(60, make)
+        if "error" in out:
+            assert len(str(out["error"])) < 400 and "\n" not in str(out["error"])
+            assert msg is None or msg in str(out["error"])
+    g = within(60, Grammar, 'start: "' + "a" * 100_000 + '"')["result"]  # a long literal is fine
+    assert asyncio.run(g.complete(b"a" * 100_000)) == 0.0
+
+
+# --------------------------------------------------------------------------- schemas that are not trees
+_SELF_SCHEMA = """
+import sys; sys.path.insert(0, {root!r})
+from potentials import JSONSchema
+import smc
+s = {{"type": "object"}}; s["properties"] = {{"a": s}}
+for make in (lambda: JSONSchema(s), lambda: smc.Request("x", {{"json_schema": s}})):
+    try:
+        make()
+    except ValueError as e:
+        print(type(e).__name__, e)
+"""
+
+
+def test_a_schema_that_contains_itself_is_one_clear_error():
+    # in a subprocess with a memory-independent time bound: a regression must not hang the suite
+    out = subprocess.run([sys.executable, "-c", _SELF_SCHEMA.format(root=str(ROOT))], capture_output=True,
+                         text=True, timeout=60)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2, out.stderr[-2000:]
+    assert lines[0].startswith("InvalidArgument schema is not a tree: the dict at properties/a contains itself")
+    assert lines[1].startswith("InvalidArgument the constraint is not JSON")
+    from potentials import JSONSchema
+
+    shared = {"type": "integer"}
+    assert JSONSchema({"anyOf": [shared, shared]}).schema  # a shared sub-object is not a cycle
+    x = {"type": "integer"}
+    for _ in range(60):  # a DAG that unfolds to 2^60 values
+        x = {"anyOf": [x, x]}
+    err = within(10, JSONSchema, x)["error"]
+    assert isinstance(err, smc.InvalidArgument) and "too large" in str(err)
+
+
+def test_json_schema_registry_as_a_dict():
+    from potentials import JSONSchema
+
+    j = JSONSchema({"$ref": "urn:x"}, registry={"urn:x": {"type": "integer"}})
+    assert asyncio.run(j.complete(b"12")) == 0.0 and asyncio.run(j.complete(b'"a"')) == float("-inf")
+    with pytest.raises(TypeError, match="registry must be a referencing.Registry or a dict"):
+        JSONSchema({"$ref": "urn:x"}, registry=5)
+    with pytest.raises(TypeError, match="registry must map URIs"):
+        JSONSchema({"$ref": "urn:x"}, registry={"urn:x": 5})
+
+
+# --------------------------------------------------------------------------- resume messages
+def test_resume_with_another_lm_names_what_differs(tmp_path):
+    def lm_of(vocab, eos):
+        return smc.ToyLM(vocab, eos, lambda ids: [1 / len(vocab)] * len(vocab))
+
+    path = tmp_path / "run.ckpt"
+    smc.generate("", Regex("[12]+"), lm=lm_of(["1", "2", "$"], "$"), particles=2, max_tokens=3,
+                 checkpoint=path, progress=False)
+    for other, msg in [(lm_of(["1", "2", "3", "$"], "$"), "its vocabulary has 4 tokens, the run's had 3"),
+                       (lm_of(["1", "3", "$"], "$"), "its vocabulary's tokens differ from the run's"),
+                       (lm_of(["1", "2", "$"], "2"), "its EOS token ids [1] differ from the run's [2]")]:
+        with pytest.raises(smc.CheckpointError, match=re.escape(msg)):
+            smc.resume(path, lm=other, checkpoint=None)
+
+
+def test_numpy_numbers_are_accepted_wherever_numbers_are():
+    i = np.int64
+    lm = toy()
+    for case in [dict(max_tokens=i(4)), dict(particles=i(4), islands=np.int32(2)), dict(seed=np.uint8(3)),
+                 dict(sampler_options={"max_checks": i(10), "early_fallback": i(3)}),
+                 dict(ess_threshold=np.float32(0.5)), dict(method="steer", n_beam=i(2))]:
+        req = smc.Request("", Regex("[12]+"), **case)
+        json.dumps(req.to_json())  # plain numbers in the JSON form
+        assert smc.generate(req, lm=lm).finished
+
+
+# --------------------------------------------------------------------------- dead prefixes die (issue 35)
+def test_dead_prefixes_of_deep_disjunctions_and_enum_escapes_die():
+    from potentials import JSONSchema
+
+    s = {"type": "integer"}
+    for _ in range(40):  # far too wide to split into clauses: read by the branches' types
+        s = {"anyOf": [s, {"type": "string"}]}
+    j = JSONSchema(s)
+    for dead in (b"{", b"[", b"t", b"n"):
+        assert asyncio.run(j.prefix(dead)) == float("-inf"), dead
+    assert asyncio.run(j.complete(b"12")) == 0.0 and asyncio.run(j.complete(b'"x"')) == 0.0
+    e = JSONSchema({"enum": ["ab", "c\u0001d", "\u00e9", "\U0001F600"]})
+    for dead in (b'"\\u007', b'"\\u000', b'"c\\u0002', b'"c\\u01'):
+        assert asyncio.run(e.prefix(dead)) == float("-inf"), dead
+    for text in (b'"\\u0061b"', b'"\\u00e9"', b'"\\ud83d\\ude00"', b'"c\\u0001d"'):
+        assert asyncio.run(e.complete(text)) == 0.0, text

@@ -16,7 +16,7 @@ from potentials._compat import C, parse_regex, subtrees, tree_items
 from smc.core.logmath import NEG_INF
 from potentials.base import BytePotential
 from potentials.grammar.earley import CFG, Column, Earley, TokenDFA
-from potentials.regex.automaton import UnsupportedRegex, compile_regex
+from potentials.regex.automaton import UnsupportedRegex, compile_regex, shown
 
 # lark's common.ESCAPED_STRING uses a lookbehind and relies on its lazy first match; read that
 # way it is exactly this regular language (checked exhaustively against lark in the tests).
@@ -149,7 +149,7 @@ def _token_dfa(tdef) -> TokenDFA:
     except UnsupportedRegex as e:
         raise ValueError(f"terminal {tdef.name} is not supported: {e}") from None
     except Exception as e:  # noqa: BLE001 - any failure to compile the user's pattern
-        raise ValueError(f"terminal {tdef.name} (pattern /{regexp}/) cannot be compiled: {_describe(e)}") from e
+        raise ValueError(f"terminal {tdef.name} (pattern {shown(regexp)}) cannot be compiled: {_describe(e)}") from e
     return TokenDFA(tdef.name, dfa, lazy)
 
 

@@ -44,6 +44,24 @@ TYPES = ("null", "boolean", "object", "array", "string", "number")
 #: a disjunction larger than this is not split; its member is then checked when a scalar ends
 MAX_ALTERNATIVES = 64
 INF = float("inf")
+#: nesting read by Schemas.possible_types (deeper: every type, which is sound)
+TYPES_DEPTH = 200
+
+
+def own_types(s: dict) -> set:
+    """The JSON types (of TYPES, integer read as number) a schema object's own ``type``,
+    ``const`` and ``enum`` allow."""
+    allowed = set(TYPES)
+    t = s.get("type")
+    if isinstance(t, str):
+        t = [t]
+    if isinstance(t, list):
+        allowed &= {"number" if x == "integer" else x for x in t}
+    if "const" in s:
+        allowed &= {json_type(s["const"])}
+    if isinstance(s.get("enum"), list):
+        allowed &= {json_type(v) for v in s["enum"]}
+    return allowed
 
 # keywords a scalar can fail that no clause fact enforces (beyond the per-type ones below)
 _LOOSE_ANY = frozenset({"oneOf", "not", "if", "$dynamicRef", "$recursiveRef", "format"})
@@ -243,16 +261,10 @@ class Clause:
             elif isinstance(m, (Names, KeyPattern)):
                 allowed &= {"string"}
             elif isinstance(m, Node):
-                s = m.contents
-                t = s.get("type")
-                if isinstance(t, str):
-                    t = [t]
-                if isinstance(t, list):
-                    allowed &= {"number" if x == "integer" else x for x in t}
-                if "const" in s:
-                    allowed &= {json_type(s["const"])}
-                if isinstance(s.get("enum"), list):
-                    allowed &= {json_type(v) for v in s["enum"]}
+                allowed &= own_types(m.contents)
+        for m in self.loose:
+            # a disjunction too wide to split still allows only its branches' types
+            allowed &= self.schemas.possible_types(m)
         if "string" in allowed and self.string is None:
             allowed.discard("string")
         if "boolean" in allowed and not self.booleans:
@@ -571,6 +583,7 @@ class Schemas:
         self._make_validator = make_validator
         self.root_resolver = validator_resolver(validator)
         self._clauses: dict = {}
+        self._possible: dict = {}
         self._accepts: dict = {}
         self._string_forms: dict = {}  # member -> its _string_form (None: the validator checks)
         self.dynamic = False  # set by check_refs when dynamic scope matters
@@ -639,6 +652,30 @@ class Schemas:
         if isinstance(s.get("allOf"), list):
             out += [self.child(node, x) for x in s["allOf"]]
         return out
+
+    def possible_types(self, node: Node | bool, depth: int = 0) -> frozenset:
+        """A superset of the JSON types (of TYPES) of the values valid under ``node``: its own
+        ``type``/``const``/``enum`` (``own_types``), intersected with what applies in place
+        (``$ref``, ``allOf``) and, for each ``anyOf``/``oneOf``, with the union of its branches'
+        types. Sound by induction; a ``$ref`` cycle, or nesting deeper than TYPES_DEPTH, reads
+        as every type. Kept per node."""
+        if node is True:
+            return frozenset(TYPES)
+        if node is False:
+            return frozenset()
+        got = self._possible.get(node)
+        if got is not None:
+            return got
+        if depth > TYPES_DEPTH:
+            return frozenset(TYPES)
+        self._possible[node] = frozenset(TYPES)  # what a cycle back to this node reads
+        allowed = set(own_types(node.contents))
+        for child in self.in_place(node):
+            allowed &= self.possible_types(child, depth + 1)
+        for branch in self.branches(node):
+            allowed &= set().union(*(self.possible_types(b, depth + 1) for b in branch))
+        got = self._possible[node] = frozenset(allowed)
+        return got
 
     def branches(self, node: Node) -> list[list[Node | bool]]:
         s = node.contents

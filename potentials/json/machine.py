@@ -501,6 +501,8 @@ class Machine:
             return []
         value = value * 16 + HEX[b]
         if ndig < 3:
+            if f[7] is not None and not high and not _escape_may_spell(f[7], f[6], value, 3 - ndig):
+                return []  # no enum/const literal's next character begins with these digits
             return [Stack(f[:2] + ((2, ndig + 1, value, high),) + f[3:], node.parent)]
         if high:
             if not 0xDC00 <= value <= 0xDFFF:
@@ -560,6 +562,27 @@ class Machine:
         if value is not None and c.needs_check("string") and not c.scalar_ok("string", value):
             return []
         return self._pop(node, value if is_key else None)
+
+
+def _escape_may_spell(lits: frozenset, lpos: int, value: int, left: int) -> bool:
+    """Can a ``\\u`` escape whose digits so far read ``value``, with ``left`` digits to come,
+    spell the next character of one of the literals ``lits`` (UTF-8 bytes, ``lpos`` read)? Its
+    code point lies in [value * 16^left, (value + 1) * 16^left); a range that meets the
+    surrogates may begin a pair that spells any astral character, so it is kept."""
+    lo, hi = value << (4 * left), ((value + 1) << (4 * left)) - 1
+    if lo <= 0xDFFF and hi >= 0xD800:
+        return True
+    for v in lits:
+        if lpos < len(v):
+            n = utf8_lead(v[lpos])
+            size = 1 if n is None else n[0] + 1
+            try:
+                cp = ord(v[lpos:lpos + size].decode("utf-8"))
+            except (UnicodeDecodeError, TypeError):
+                return True  # not a whole character here: keep (sound)
+            if lo <= cp <= hi:
+                return True
+    return False
 
 
 def remembered(table: dict, key: Any, compute: Callable[[Any], Any], limit: int) -> Any:

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 from jsonschema.exceptions import SchemaError
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
 
+from smc.core.errors import InvalidArgument, InvalidArgumentType
 from smc.core.logmath import NEG_INF
 from potentials.base import BytePotential
 from potentials.json.clauses import Schemas
@@ -68,6 +71,85 @@ class JSONState:
         return b"".join(reversed(parts))
 
 
+#: values a schema may hold once shared sub-objects are unfolded (JSON text of that many values
+#: is ~10 MB; reading a schema is linear in this size, so a Python DAG that unfolds to 2^60
+#: values is refused instead of walked)
+MAX_SCHEMA_VALUES = 1_000_000
+
+
+def check_tree(schema: Any, what: str = "schema") -> None:
+    """InvalidArgument unless ``schema`` is a tree of at most MAX_SCHEMA_VALUES values: no dict
+    or list inside it contains itself, and unfolding shared sub-objects stays within the limit.
+
+    JSON text is always a tree, but a Python dict may hold itself (``s["properties"] = {"a":
+    s}``), and everything that reads a schema (the metaschema check, the compiler) would then
+    recurse or grow without end. Recursion in a schema is written with ``$ref``. A sub-object
+    shared by several parents (a DAG) reads as the tree it unfolds to, whose size is
+    size(v) = 1 + sum of its children's sizes, computed once per object. Iterative depth-first
+    search with the usual three colours, so each container is walked once: O(objects).
+    """
+    on_path: set[int] = set()
+    size: dict[int, int] = {}
+    stack: list[tuple[Any, Any, list[str]]] = []
+
+    def children(node: Any) -> Any:
+        return node.items() if isinstance(node, dict) else enumerate(node)
+
+    def enter(node: Any, path: list[str]) -> None:
+        on_path.add(id(node))
+        stack.append((node, iter(children(node)), path))
+
+    if isinstance(schema, (dict, list)):
+        enter(schema, [])
+    while stack:
+        node, items, path = stack[-1]
+        for key, child in items:
+            if not isinstance(child, (dict, list)) or id(child) in size:
+                continue
+            where = _where(path + [str(key)])
+            if id(child) in on_path:
+                raise InvalidArgument(
+                    f"{what} is not a tree: the {type(child).__name__} at {where} contains itself "
+                    "(a Python object that holds itself); write recursion with \"$ref\"")
+            enter(child, path + [str(key)])
+            break
+        else:
+            stack.pop()
+            on_path.discard(id(node))
+            total = 1 + sum(size.get(id(c), 1) if isinstance(c, (dict, list)) else 1
+                            for _, c in children(node))
+            if total > MAX_SCHEMA_VALUES:
+                where = _where(path)
+                raise InvalidArgument(
+                    f"{what} is too large: the value at {where} holds more than "
+                    f"{MAX_SCHEMA_VALUES:,} values once its shared sub-objects are unfolded")
+            size[id(node)] = total
+
+
+def _where(path: list[str]) -> str:
+    """A JSON path for a message: "(root)", or the path, its middle cut when it is long."""
+    text = "/".join(path) or "(root)"
+    return text if len(text) <= 80 else f"{text[:30]}/.../{text[-40:]} ({len(path)} levels down)"
+
+
+def _registry(registry: Any) -> Any:
+    """A ``referencing.Registry`` from ``registry``: one as given, a mapping {URI: schema} as the
+    registry of those schemas (each read by its own ``$schema``, else draft 2020-12), None as
+    None; InvalidArgumentType for anything else."""
+    if registry is None or isinstance(registry, Registry):
+        return registry
+    if isinstance(registry, Mapping):
+        for uri, schema in registry.items():
+            if not isinstance(uri, str) or not isinstance(schema, (dict, bool)):
+                raise InvalidArgumentType(
+                    f"registry must map URIs (strings) to schemas (dicts or booleans), got "
+                    f"{type(uri).__name__} -> {type(schema).__name__}")
+            check_tree(schema, f"the registry's schema {uri!r}")
+        return Registry().with_contents(registry.items(), default_specification=DRAFT202012)
+    raise InvalidArgumentType(
+        f"registry must be a referencing.Registry or a dict from URIs to schemas, got {type(registry).__name__}")
+
+
 class JSONSchema(BytePotential[JSONState]):
     """Documents valid under a JSON Schema, checked byte by byte.
 
@@ -84,8 +166,8 @@ class JSONSchema(BytePotential[JSONState]):
             pass M.model_validate_json; see the module docstring).
         whitespace: "compact" (no whitespace outside strings), "flexible" (any RFC 8259
             whitespace between tokens), or an int n (runs of at most n whitespace bytes).
-        registry: a ``referencing.Registry`` of further schemas that ``$ref`` may name;
-            nothing is ever fetched from the network.
+        registry: a ``referencing.Registry`` of further schemas that ``$ref`` may name, or a
+            dict {URI: schema} of them; nothing is ever fetched from the network.
 
     Enforced while the document is read (a prefix dies as soon as it breaks one of these):
     the JSON grammar and UTF-8; ``type``; ``enum``/``const``; ``properties``,
@@ -139,6 +221,8 @@ class JSONSchema(BytePotential[JSONState]):
                 "schema must be a dict, a bool, JSON text or a pydantic BaseModel subclass, "
                 f"not {type(schema).__name__}"
             )
+        check_tree(schema)
+        registry = _registry(registry)
         lookup = None if registry is None else registry.contents
         draft = DEFAULT
         if isinstance(schema, dict) and "$schema" in schema:

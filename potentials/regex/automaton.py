@@ -62,12 +62,35 @@ from smc.core.errors import InvalidArgument
 
 UNCOMPUTED, DEAD = -2, -1
 _NEW_ROW = array("i", [UNCOMPUTED] * 256)
-#: largest NFA built; bigger patterns raise RegexTooLarge (the Regex potential then falls back to
-#: the `regex` package, which counts repeats instead of unrolling them)
+#: largest NFA built for a short pattern; bigger ones raise RegexTooLarge (the Regex potential
+#: then falls back to the `regex` package, which counts repeats instead of unrolling them). A
+#: long pattern may have NFA_STATES_PER_CHAR states per character of its text: without repeats
+#: the NFA has at most one state per character (a literal alternation is built as a trie), so
+#: the limit only ever stops repeats that multiply the text, never a long plain pattern (a word
+#: list of 50,000 words, a 100,000-character literal)
 MAX_NFA_STATES = 100_000
-#: largest character-level DFA explored when building the automaton (patterns with anchors
-#: explore all reachable states up front to settle liveness); bigger ones raise RegexTooLarge
+NFA_STATES_PER_CHAR = 2
+#: largest character-level DFA explored (patterns with anchors explore all reachable states up
+#: front to settle liveness) for a small NFA; bigger ones raise RegexTooLarge. A larger NFA may
+#: have as many DFA states as NFA states: the DFA of a trie (a word list) is the trie itself, and
+#: what the limit stops is the exponential blow-up of determinization, not linear growth
 MAX_DFA_STATES = 20_000
+#: characters of a pattern quoted in an error message (the rest is summarized by its length)
+SHOWN_CHARS = 80
+
+
+def shown(pattern: str) -> str:
+    """``repr(pattern)``, cut to SHOWN_CHARS characters with its length when longer: error
+    messages stay one short line whatever the pattern's size."""
+    if len(pattern) <= SHOWN_CHARS:
+        return repr(pattern)
+    return f"{pattern[:SHOWN_CHARS]!r}... ({len(pattern):,} characters)"
+
+
+def nfa_limit(pattern: str) -> int:
+    """Most NFA states a pattern's automaton may have: max(MAX_NFA_STATES,
+    NFA_STATES_PER_CHAR * len(pattern))."""
+    return max(MAX_NFA_STATES, NFA_STATES_PER_CHAR * len(pattern))
 
 #: the flags ``Regex``/``compile_regex`` take: Python re's, less LOCALE (bytes patterns only),
 #: TEMPLATE and DEBUG
@@ -88,7 +111,7 @@ class InvalidRegex(InvalidArgument):
     """A pattern Python's ``re`` rejects; ``msg`` and ``pos`` are re's own."""
 
     def __init__(self, pattern: str, msg: str, pos: int | None):
-        super().__init__(f"invalid regex {pattern!r}: {msg}{_at(pos)}")
+        super().__init__(f"invalid regex {shown(pattern)}: {msg}{_at(pos)}")
         self.msg, self.pos = msg, pos
 
 
@@ -219,6 +242,7 @@ class NFA:
     def __init__(self, pattern: str = "", placeholders: dict[int, Intervals] | None = None,
                  lookaround: bool = False):
         self.pattern, self.allow_lookaround = pattern, lookaround
+        self.limit = nfa_limit(pattern)
         # private-use code points standing for character sets (potentials.regex.syntax)
         self.placeholders = placeholders or {}
         self.eps: list[list[tuple[int | None, int]]] = []
@@ -233,9 +257,9 @@ class NFA:
         self._la_edges: list[int] = []  # their targets, checked by check_lookaheads
 
     def new(self) -> int:
-        if len(self.eps) >= MAX_NFA_STATES:
-            raise RegexTooLarge(f"regex {self.pattern!r} needs more than {MAX_NFA_STATES} "
-                                "automaton states (a large repeat count?)")
+        if len(self.eps) >= self.limit:
+            raise RegexTooLarge(f"regex {shown(self.pattern)} needs more than {self.limit:,} "
+                                "automaton states (its repeat counts multiply it beyond that)")
         self.eps.append([])
         self.chars.append([])
         return len(self.eps) - 1
@@ -262,7 +286,7 @@ class NFA:
     def item(self, op, av, cur: int, flags: int, pattern: str) -> int:
         if op in (C.ASSERT, C.ASSERT_NOT):
             if not self.allow_lookaround:
-                raise UnsupportedRegex(f"regex {pattern!r} uses a lookaround, which is not "
+                raise UnsupportedRegex(f"regex {shown(pattern)} uses a lookaround, which is not "
                                        "regular on its own (compile_regex(lookaround=False))")
             if av[0] == -1:
                 return self.lookbehind(av[1], op is C.ASSERT, cur, flags, pattern)
@@ -270,7 +294,7 @@ class NFA:
         if op is C.POSSESSIVE_REPEAT or op is C.ATOMIC_GROUP:
             return self.atomic(op, av, cur, flags, pattern)
         if op in _UNSUPPORTED:
-            raise UnsupportedRegex(f"regex {pattern!r} uses a {_UNSUPPORTED[op]}, which a finite "
+            raise UnsupportedRegex(f"regex {shown(pattern)} uses a {_UNSUPPORTED[op]}, which a finite "
                                    "automaton cannot express")
         ivs = self.char_set(op, av, flags)
         if ivs is not None:
@@ -279,6 +303,9 @@ class NFA:
             _, add, remove, sub = av
             return self.build(sub, cur, (flags | add) & ~remove, pattern)
         if op is C.BRANCH:
+            words = self.words(av[1], flags)
+            if words is not None:
+                return self.trie(words, cur)
             end = self.new()
             for alt in av[1]:
                 start = self.new()
@@ -311,12 +338,44 @@ class NFA:
                 C.AT_NON_BOUNDARY: NONBOUND_A if ascii_ else NONBOUND,
             }.get(av)
             if kind is None:
-                raise UnsupportedRegex(f"regex {pattern!r} uses the anchor {av}")
+                raise UnsupportedRegex(f"regex {shown(pattern)} uses the anchor {av}")
             dst = self.new()
             self.eps[cur].append((kind, dst))
             return dst
-        raise UnsupportedRegex(f"regex {pattern!r} uses {op}, which is not supported")
+        raise UnsupportedRegex(f"regex {shown(pattern)} uses {op}, which is not supported")
 
+
+    def words(self, alternatives, flags: int) -> list[tuple[Intervals, ...]] | None:
+        """Each alternative as its sequence of one-character sets, when every alternative is a
+        plain sequence of one-character items (a word list, an enum of names); else None."""
+        out = []
+        for alt in alternatives:
+            word = []
+            for op, av in alt:
+                ivs = self.char_set(op, av, flags)
+                if ivs is None or not ivs:
+                    return None
+                word.append(ivs)
+            out.append(tuple(word))
+        return out
+
+    def trie(self, words: list[tuple[Intervals, ...]], cur: int) -> int:
+        """The alternation of ``words`` from ``cur``, as a trie: alternatives that begin alike
+        share their states, so the NFA has at most one state per character of the pattern
+        (Thompson's construction: one per character and alternative, plus each alternative's
+        epsilon edges) and, with distinct sets at each node, is already deterministic. The
+        language is the same: a path of the trie spells exactly one alternative's prefix."""
+        end = self.new()
+        children: dict[tuple[int, Intervals], int] = {}
+        for word in words:
+            node = cur
+            for ivs in word:
+                nxt = children.get((node, ivs))
+                if nxt is None:
+                    nxt = children[(node, ivs)] = self.char(node, ivs)
+                node = nxt
+            self.eps[node].append((None, end))
+        return end
 
     def char_set(self, op, av, flags: int) -> Intervals | None:
         """The code points a one-character item matches, or None for other items."""
@@ -379,7 +438,7 @@ class NFA:
             wlo, whi = width(av)
             if wlo == whi and _no_lookarounds(items):
                 return self.build(items, cur, flags, pattern)
-        raise UnsupportedRegex(f"regex {pattern!r} uses a {what} whose cut this automaton "
+        raise UnsupportedRegex(f"regex {shown(pattern)} uses a {what} whose cut this automaton "
                                "cannot express")
 
     def possessive(self, cur: int, s: Intervals, lo: int, hi: int) -> int:
@@ -420,7 +479,7 @@ class NFA:
         unsupported, as do lookarounds and backreferences inside B.
         """
         if not _lookbehind_body_ok(body):
-            raise UnsupportedRegex(f"regex {pattern!r} uses a lookbehind whose body has "
+            raise UnsupportedRegex(f"regex {shown(pattern)} uses a lookbehind whose body has "
                                    "lookarounds, backreferences or end anchors")
         sub = NFA(pattern, self.placeholders)
         loop = sub.new()
@@ -438,7 +497,7 @@ class NFA:
         previous character and the end). Where text could follow it, it is unsupported; that is
         checked once the whole NFA is built (``check_lookaheads``)."""
         if not _no_lookarounds(body):
-            raise UnsupportedRegex(f"regex {pattern!r} uses a lookahead holding lookarounds or "
+            raise UnsupportedRegex(f"regex {shown(pattern)} uses a lookahead holding lookarounds or "
                                    "backreferences")
         sub = NFA(pattern, self.placeholders)
         start = sub.new()
@@ -457,7 +516,7 @@ class NFA:
             while stack:
                 q = stack.pop()
                 if self.chars[q]:
-                    raise UnsupportedRegex(f"regex {self.pattern!r} uses a lookahead that text "
+                    raise UnsupportedRegex(f"regex {shown(self.pattern)} uses a lookahead that text "
                                            "can follow, which this automaton cannot express")
                 for _, t in self.eps[q]:
                     if t not in seen:
@@ -660,9 +719,10 @@ class ByteDFA:
         key = (kernel, prev, lbs)
         sid = self._cids.get(key)
         if sid is None:
-            if len(self._cstates) >= MAX_DFA_STATES:
-                raise RegexTooLarge(f"regex {self._nfa.pattern!r} needs more than "
-                                    f"{MAX_DFA_STATES} automaton states")
+            limit = max(MAX_DFA_STATES, len(self._nfa.eps))
+            if len(self._cstates) >= limit:
+                raise RegexTooLarge(f"regex {shown(self._nfa.pattern)} needs more than "
+                                    f"{limit:,} automaton states")
             sid = self._cids[key] = len(self._cstates)
             self._cstates.append(key)
         return sid
@@ -1110,7 +1170,7 @@ def regex_package_compile(pattern: str, flags: int = 0):
     flags = check_flags(flags)
     size = unrolled_size(pattern)
     if size > MAX_UNROLLED:
-        raise RegexTooLarge(f"regex {pattern!r} is too large: about {size} characters once its "
+        raise RegexTooLarge(f"regex {shown(pattern)} is too large: about {size} characters once its "
                             f"repeats are unrolled (the limit is {MAX_UNROLLED})")
     try:
         rx = regex.compile(pattern, _to_regex_package_flags(flags))
@@ -1194,7 +1254,7 @@ def _compile_regex_package_syntax(pattern: str, flags: int) -> ByteDFA:
     """The automaton of a pattern only the ``regex`` package accepts, with regex's meaning."""
     got = parse_regex_package_syntax(pattern, flags)
     if got is None:
-        raise UnsupportedRegex(f"regex {pattern!r} uses syntax of the `regex` package that Python's re lacks")
+        raise UnsupportedRegex(f"regex {shown(pattern)} uses syntax of the `regex` package that Python's re lacks")
     return _build(pattern, *got)
 
 

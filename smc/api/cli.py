@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smc (default); beam / top_k: --particles best sequences (deterministic); "
                         "steer: without-replacement steering (see docs/beam.md)")
     g.add_argument("--n-beam", type=int, default=None, help="children kept per particle (--method steer)")
+    g.add_argument("--max-expansions", type=int, default=None,
+                   help=f"most particles --method top_k expands (default {defaults.MAX_EXPANSIONS})")
     g.add_argument("--model", default=None, help="HF model id or directory (default: embedded SmolLM2)")
     g.add_argument("--backend", choices=["hf", "vllm", "mlx"], default="hf")
     g.add_argument("--checkpoint", type=Path, default=None,
@@ -155,8 +157,8 @@ def _constraint(args: argparse.Namespace):
 #: flag -> Request field, for the settings that are passed only when given (the Request holds
 #: the defaults, smc.core.defaults)
 SETTING_FLAGS = ("particles", "max_tokens", "seed", "islands", "finish_share", "lookahead",
-                 "sampler", "ess_threshold", "resampling", "method", "n_beam", "checkpoint",
-                 "temperature", "top_p")
+                 "sampler", "ess_threshold", "resampling", "method", "n_beam", "max_expansions",
+                 "checkpoint", "temperature", "top_p")
 
 
 def request_of(args: argparse.Namespace) -> Request:

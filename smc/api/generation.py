@@ -23,12 +23,14 @@ from samplers import make_sampler
 from smc.backends.base import LMBackend, check_backend
 from smc.backends.loading import load_lm
 from smc.backends.prompts import Prompt, encode_prompt
+from smc.core import defaults
 from smc.core.errors import InvalidArgument, InvalidArgumentType
-from smc.engine.checkpoint import CheckpointError, check_path, type_name, vocab_fingerprint
+from smc.engine.checkpoint import (CheckpointError, check_path, lm_description, lm_mismatch, type_name,
+                                   vocab_fingerprint)
 from smc.backends.tempered import tempered
 from smc.engine.loop import SAME_FILE, Critic, OnStep, aresume_run, smc
 from smc.engine.result import Result
-from smc.engine.search import MAX_EXPANSIONS, run_search
+from smc.engine.search import run_search
 from smc.programs.constrained import ConstrainedGeneration, target_potential
 from smc.api.request import SETTINGS, Request, optional_bool
 
@@ -122,13 +124,11 @@ async def arun(
     progress: bool | None = None,
     *,
     on_step: OnStep | None = None,
-    max_expansions: int = MAX_EXPANSIONS,
 ) -> Result:
     """Run ``request`` on ``lm`` (default: the embedded model) and return its Result.
 
     ``on_step(run)`` is called after every step of an SMC run (``smc.engine.loop.smc``; not
-    called by the other methods); ``max_expansions`` bounds method="top_k"
-    (``smc.core.errors.SearchBudgetExceeded`` past it)."""
+    called by the other methods)."""
     if lm is None:
         lm = load_lm()
     else:
@@ -137,8 +137,10 @@ async def arun(
     ids = prompt_ids_for(lm, request)
     model = build_program(request, lm, ids)
     if request.method != "smc":
+        # max_expansions is None for the methods other than top_k, which do not read it
+        budget = defaults.MAX_EXPANSIONS if request.max_expansions is None else request.max_expansions
         result = await run_search(model, request.method, request.particles, request.n_beam, request.seed,
-                                  max_expansions)
+                                  budget)
     else:
         program = None
         if request.checkpoint is not None:
@@ -153,6 +155,8 @@ async def arun(
             progress=progress,
             progress_total=request.max_tokens + 1,
             islands=request.islands,
+            # the program finishes within max_tokens + 1 steps: the bound never cuts it
+            max_steps=request.max_tokens + 1,
             checkpoint=request.checkpoint,
             checkpoint_program=program,
             on_step=on_step,
@@ -179,7 +183,8 @@ def checkpoint_program(request: Request, lm: LMBackend, ids: list[int]) -> tuple
             f"cannot checkpoint the run: the constraint ({type(request.constraint).__name__}) "
             f"cannot be pickled: {err}"
         ) from None
-    return {"request": request.to_json(), "prompt_ids": ids, "lm_vocab": vocab_fingerprint(lm)}, constraint
+    return {"request": request.to_json(), "prompt_ids": ids, "lm_vocab": vocab_fingerprint(lm),
+            "lm": lm_description(lm)}, constraint
 
 
 def rebuild_program(header: dict[str, Any], program_bytes: bytes, lm: LMBackend | None,
@@ -190,11 +195,9 @@ def rebuild_program(header: dict[str, Any], program_bytes: bytes, lm: LMBackend 
     if lm is None:
         raise CheckpointError("resume needs the LM the run used: pass lm=... (it is never stored)")
     check_lm(lm)
-    if vocab_fingerprint(lm) != program["lm_vocab"]:
-        raise CheckpointError(
-            f"the LM given is not the run's: its vocabulary or EOS tokens ({len(lm.vocab):,} "
-            "tokens) differ from those the run used; pass the same model"
-        )
+    why = lm_mismatch(lm, program.get("lm") or {"vocab": program["lm_vocab"]})
+    if why is not None:
+        raise CheckpointError(f"the LM given is not the run's: {why}; pass the same model")
     try:
         constraint = pickle.loads(program_bytes)
     except Exception as err:  # noqa: BLE001
@@ -247,8 +250,8 @@ def generate(
     ``smc.Request`` of its arguments (validated once, before any work) and runs it;
     ``generate(request, lm=lm)`` runs a Request built before. The settings are the Request's
     fields (``smc.Request``: particles, max_tokens, seed, sampler, sampler_options,
-    ess_threshold, resampling, islands, finish_share, lookahead, method, n_beam, critic,
-    checkpoint, chat, temperature, top_p; defaults in ``smc.core.defaults``).
+    ess_threshold, resampling, islands, finish_share, lookahead, method, n_beam, max_expansions,
+    critic, checkpoint, chat, temperature, top_p; defaults in ``smc.core.defaults``).
 
     Args:
         prompt: text, a list of chat messages, token ids, or a Request.
@@ -282,8 +285,10 @@ async def aresume(
     checkpoint: Any = SAME_FILE,
 ) -> Result:
     """Continue the run checkpointed at ``path`` (async); see ``resume``."""
-    if checkpoint is not SAME_FILE and checkpoint is not None:
-        check_path(checkpoint)
+    # the file the run goes on writing, checked before any work by the one rule for files written
+    target = path if checkpoint is SAME_FILE else checkpoint
+    if target is not None:
+        check_path(target)
     result, header = await aresume_run(path, lm=lm, shared=shared, critic=critic, progress=progress,
                                        checkpoint=checkpoint, rebuild=rebuild_program)
     program = header["program"]

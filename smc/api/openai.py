@@ -232,7 +232,7 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
         if settings.pop("top_p", 1) != 1:
             raise ApiError("temperature 0 answers the most probable output of the model itself; "
                            "top_p must then be 1 (or absent)", param="top_p")
-        settings.update(method="top_k", particles=1)
+        settings.update(method="top_k", particles=1, max_expansions=defaults.TOP1_MAX_EXPANSIONS)
     field, spec = _constraint(body, limits)
     tool_spec = _tools(body) if kind == "chat" else None
     if tool_spec is not None:
@@ -538,10 +538,10 @@ async def run_call(call: Call, lm: LMBackend, on_step: Any = None) -> Outcome:
     method = request.method
     if call.most_probable:
         try:
-            result = await arun(request, lm, False, max_expansions=defaults.TOP1_MAX_EXPANSIONS)
+            result = await arun(request, lm, False)
         except SearchBudgetExceeded:
             method = "beam"
-            request = request.replace(method="beam", particles=defaults.TOP1_BEAM_WIDTH)
+            request = request.replace(method="beam", particles=defaults.TOP1_BEAM_WIDTH, max_expansions=None)
             result = await arun(request, lm, False)
     else:
         result = await arun(request, lm, False, on_step=on_step)

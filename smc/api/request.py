@@ -37,6 +37,10 @@ from smc.engine.checkpoint import check_path
 from smc.engine.loop import MAX_PARTICLES, Critic, check_smc_args
 from smc.engine.search import METHODS
 
+#: largest search budget accepted (max_expansions): a bound on what a request may ask for, far
+#: beyond any run that ends in reasonable time
+MAX_BUDGET = 10**9
+
 #: the keys of a constraint's JSON form, each naming what its value is
 CONSTRAINT_KINDS = {
     "regex": "a regular expression (Python `re`/`regex` syntax)",
@@ -139,6 +143,8 @@ class Request:
             run with a byte-level constraint, else 0).
         method: "smc", "beam", "top_k" or "steer" (docs/beam.md).
         n_beam: children per particle of method="steer" (None: ``defaults.N_BEAM``).
+        max_expansions: most particles method="top_k" expands before it raises
+            ``SearchBudgetExceeded`` (None: ``defaults.MAX_EXPANSIONS``; only for top_k).
         critic: a log twist psi(particle) guiding resampling (Python only).
         checkpoint: a file the run's state is written to after every step (Python and CLI only).
         chat: apply the LM's chat template to a text prompt (None: when the LM has one).
@@ -166,6 +172,7 @@ class Request:
     lookahead: float | None = None
     method: str = defaults.METHOD
     n_beam: int | None = None
+    max_expansions: int | None = None
     critic: Critic | None = field(default=None, compare=False)
     checkpoint: str | os.PathLike | None = None
     chat: bool | None = None
@@ -181,7 +188,14 @@ class Request:
         prompt_kind(self.prompt)
         constraint = self.constraint
         if constraint is not None and not isinstance(constraint, Potential):
-            spec = json.loads(json.dumps(constraint)) if isinstance(constraint, Mapping) else constraint
+            spec = constraint
+            if isinstance(constraint, Mapping):
+                try:
+                    spec = json.loads(json.dumps(constraint))
+                except ValueError as e:  # a dict that holds itself
+                    raise InvalidArgument(f"the constraint is not JSON: {e}") from None
+                except TypeError as e:  # a value JSON has no form for
+                    raise InvalidArgumentType(f"the constraint is not JSON: {e}") from None
             constraint = constraint_from_json(spec)
             set_("constraint", constraint)
             set_("constraint_json", spec)
@@ -213,6 +227,12 @@ class Request:
                 raise InvalidArgument(f"n_beam is only used by method='steer', not method={self.method!r}")
         elif self.method == "steer":
             set_("n_beam", defaults.N_BEAM)
+        if self.max_expansions is not None:
+            set_("max_expansions", _integer(self.max_expansions, "max_expansions", 1, MAX_BUDGET))
+            if self.method != "top_k":
+                raise InvalidArgument(f"max_expansions is only used by method='top_k', not method={self.method!r}")
+        elif self.method == "top_k":
+            set_("max_expansions", defaults.MAX_EXPANSIONS)
         if self.critic is not None:
             if not callable(self.critic):
                 raise InvalidArgumentType(f"critic must be a function of a particle (or None), got {self.critic!r}")
@@ -306,11 +326,11 @@ class Request:
 
 
 #: the fields whose default depends on others (None: resolved when the Request is built)
-RESOLVED = ("islands", "lookahead", "n_beam")
+RESOLVED = ("islands", "lookahead", "n_beam", "max_expansions")
 #: the fields a request's JSON form may hold
 JSON_FIELDS = ("prompt", "constraint", "model", "particles", "max_tokens", "seed", "sampler",
                "sampler_options", "ess_threshold", "resampling", "islands", "finish_share",
-               "lookahead", "method", "n_beam", "chat", "temperature", "top_p")
+               "lookahead", "method", "n_beam", "max_expansions", "chat", "temperature", "top_p")
 #: the fields that exist only in Python (or, for checkpoint, the local CLI)
 PYTHON_FIELDS = ("critic", "checkpoint", "constraint_json")
 #: every setting besides the prompt and the constraint, as keyword arguments of ``generate``

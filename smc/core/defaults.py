@@ -62,6 +62,20 @@ TOP1_MAX_EXPANSIONS = 128
 #: beams of the fallback when the exact top-1 search exceeds its budget
 TOP1_BEAM_WIDTH = 4
 
+#: steps a run of a program takes at most (``smc.smc``, ``smc.beam``, ``smc.steer``): a program
+#: whose step never calls finish() would otherwise run until killed (an LMContext program wrote
+#: 2,279 tokens in 570 s on the embedded model, issue 35). Unfinished particles then count as
+#: weight 0 and the Result says so (stats["max_steps_reached"]). ``generate``'s own program ends
+#: by max_tokens + 1 steps and passes that bound instead, so this never cuts a generation.
+MAX_STEPS = 1_000
+
+#: particles method="top_k" expands at most before it raises SearchBudgetExceeded. An expansion
+#: is one forward pass and one full next-token weight vector: ~68 ms on the embedded model on CPU
+#: (issue 35: 7,183 passes in 488 s for Regex("[0-9]+"), k=3, max_tokens=6), so 256 keeps a top_k
+#: call under ~20 s there while leaving room for the answers of short outputs (each answer of T
+#: tokens needs at least T + 1 expansions)
+MAX_EXPANSIONS = 256
+
 
 def islands_for(particles: int) -> int:
     """The islands of an SMC run when none are given: ISLANDS when N is a multiple of it and at

@@ -32,13 +32,15 @@ import io
 import json
 import os
 import pickle
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from smc.backends.base import LMBackend, is_lm
-from smc.core.errors import SmcSteerError
+from smc.core.errors import InvalidArgumentType, SmcSteerError
 from smc.core.version import VERSION
 from smc.programs.model import Model, Sample
 from smc.programs.sharing import ATOMIC_TYPES, children, is_shared, shared_paths
@@ -71,6 +73,39 @@ def vocab_fingerprint(lm: LMBackend) -> str:
     return h.hexdigest()[:16]
 
 
+def _tokens_fingerprint(lm: LMBackend) -> str:
+    h = hashlib.sha256()
+    for tok in lm.vocab:
+        h.update(len(tok).to_bytes(4, "little"))
+        h.update(tok)
+    return h.hexdigest()[:16]
+
+
+def lm_description(lm: LMBackend) -> dict[str, Any]:
+    """What a checkpoint stores of an LM to recognize it on resume: ``vocab`` (the fingerprint
+    of its vocabulary and EOS ids), ``vocab_size``, ``tokens`` (the fingerprint of the
+    vocabulary alone) and ``eos`` (its EOS ids), so that a mismatch can be named."""
+    return {"vocab": vocab_fingerprint(lm), "vocab_size": len(lm.vocab),
+            "tokens": _tokens_fingerprint(lm), "eos": [int(e) for e in lm.eos_token_ids]}
+
+
+def lm_mismatch(lm: LMBackend, run: dict[str, Any]) -> str | None:
+    """None when ``lm`` is the LM ``run`` (an ``lm_description``) describes, else what differs:
+    the vocabulary's size, its tokens, or the EOS ids."""
+    if vocab_fingerprint(lm) == run["vocab"]:
+        return None
+    size = run.get("vocab_size")
+    if size is not None and size != len(lm.vocab):
+        return f"its vocabulary has {len(lm.vocab):,} tokens, the run's had {size:,}"
+    eos = run.get("eos")
+    tokens = run.get("tokens")
+    if tokens is not None and tokens != _tokens_fingerprint(lm):
+        return f"its vocabulary's tokens differ from the run's (both have {len(lm.vocab):,} tokens)"
+    if eos is not None and eos != [int(e) for e in lm.eos_token_ids]:
+        return f"its EOS token ids {[int(e) for e in lm.eos_token_ids]} differ from the run's {eos}"
+    return f"its vocabulary or EOS tokens ({len(lm.vocab):,} tokens) differ from those the run used"
+
+
 def type_name(obj: Any) -> str:
     """``module.QualifiedName`` of ``obj``'s type, as a checkpoint records shared objects."""
     t = type(obj)
@@ -98,8 +133,7 @@ def name_shared(pop: list[Any]) -> tuple[dict[int, str], dict[str, dict[str, Any
 def _describe(obj: Any) -> dict[str, Any]:
     rec: dict[str, Any] = {"type": type_name(obj), "lm": is_lm(obj)}
     if rec["lm"]:
-        rec["vocab"] = vocab_fingerprint(obj)
-        rec["vocab_size"] = len(obj.vocab)
+        rec.update(lm_description(obj))
     return rec
 
 
@@ -142,23 +176,92 @@ def _unpicklable(obj: Any, ids: dict[int, str], records: dict, path: str, seen: 
 
 
 def check_path(path: Any) -> Path:
-    """``path`` as a Path whose directory exists; TypeError/ValueError naming the problem."""
+    """``path`` as a Path a checkpoint may be written to, checked before any work; the one rule
+    for every file the library writes (``Request``, ``smc.smc``, ``resume``).
+
+    The file is replaced by a rename (``atomic_write``), which replaces whatever is at ``path``.
+    So nothing the library did not write may be there: ``path`` must be absent, an empty regular
+    file, or a regular file that begins with the checkpoint marker (a checkpoint), never a
+    symbolic link (the rename would replace the link itself), a directory, a FIFO, a device or
+    any other special file. Its directory must exist and accept a new file (tried by creating
+    and removing an empty temporary file there, as every write does). CheckpointError (a
+    ValueError) naming the problem, TypeError for a value that is not a path.
+    """
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"checkpoint must be a file path (str or os.PathLike), got {type(path).__name__}")
+        raise InvalidArgumentType(f"checkpoint must be a file path (str or os.PathLike), got {type(path).__name__}")
     p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"checkpoint {str(p)!r} is a directory; give a file path")
+    shown = str(p)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise CheckpointError(f"checkpoint {shown!r} cannot be used: {err.strerror or err}") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise CheckpointError(
+                f"checkpoint {shown!r} is a symbolic link; writing the checkpoint would replace the "
+                "link, so give the path of the file itself")
+        if stat.S_ISDIR(st.st_mode):
+            raise CheckpointError(f"checkpoint {shown!r} is a directory; give a file path")
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(
+                f"checkpoint {shown!r} exists and is not a regular file ({_file_kind(st.st_mode)}); "
+                "the library writes only regular files it created: give another path")
+        if not _is_ours(p):
+            raise CheckpointError(
+                f"checkpoint {shown!r} exists and is not a smc-steer checkpoint; the library "
+                "replaces only files it wrote (or empty ones): give another path, or remove it")
     if not p.parent.is_dir():
-        raise ValueError(f"checkpoint {str(p)!r}: the directory {str(p.parent)!r} does not exist")
+        raise CheckpointError(f"checkpoint {shown!r}: the directory {str(p.parent)!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    except OSError as err:
+        raise CheckpointError(
+            f"checkpoint {shown!r} cannot be written: the directory {str(p.parent)!r} does not "
+            f"accept new files ({err.strerror or err})") from None
+    os.close(fd)
+    os.unlink(tmp)
     return p
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically: a temporary file in the same directory, fsync'd,
-    then os.replace (and an fsync of the directory, so the rename itself survives a crash)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def _is_ours(p: Path) -> bool:
+    """Whether the regular file ``p`` is empty or begins with the checkpoint marker (an
+    unreadable one is not ours)."""
     try:
-        with open(tmp, "wb") as f:
+        with open(p, "rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError:
+        return False
+    return head in (b"", MAGIC)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically: a new temporary file in the same directory
+    (created exclusively: never an existing file or a link's target), fsync'd, then os.replace
+    (and an fsync of the directory, so the rename itself survives a crash). CheckpointError,
+    writing nothing, when ``path`` has become something other than a regular file since
+    ``check_path`` (the rename would replace it)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is no longer a regular file (something replaced it during "
+            "the run); it was left as it is and the run stopped")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -266,11 +369,23 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _read(path: str | os.PathLike, payload: bool = True) -> tuple[dict[str, Any], bytes, bytes]:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentType(f"a checkpoint is a file path (str or os.PathLike), got {type(path).__name__}")
     p = Path(path)
     try:
-        f = open(p, "rb")
+        st = os.stat(p)
     except FileNotFoundError:
         raise FileNotFoundError(f"no checkpoint file at {str(p)!r}") from None
+    except OSError as err:
+        raise CheckpointError(f"cannot read the checkpoint {str(p)!r}: {err.strerror or err}") from None
+    if not stat.S_ISREG(st.st_mode):
+        # opening a FIFO would wait for a writer forever; a directory cannot be read
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else _file_kind(st.st_mode)
+        raise CheckpointError(f"{str(p)!r} is {what}, not a checkpoint file")
+    try:
+        f = open(p, "rb")
+    except OSError as err:
+        raise CheckpointError(f"cannot read the checkpoint {str(p)!r}: {err.strerror or err}") from None
     with f:
         if f.read(len(MAGIC)) != MAGIC:
             raise CheckpointError(f"{str(p)!r} is not a smc-steer checkpoint (it lacks the checkpoint marker)")
@@ -332,18 +447,18 @@ def bind_shared(records: dict[str, dict[str, Any]], lm: LMBackend, shared: dict[
     bindings = {k: shared.get(k, lm) for k in records}
     for k, r in records.items():
         if r["lm"]:
-            check_same_lm(bindings[k], r["vocab"], r["vocab_size"], k)
+            check_same_lm(bindings[k], r, k)
     return bindings
 
 
-def check_same_lm(lm: LMBackend, fingerprint: str, vocab_size: int, what: str) -> None:
+def check_same_lm(lm: LMBackend, run: dict[str, Any], what: str) -> None:
+    """CheckpointError naming what differs unless ``lm`` is the LM the run's ``lm_description``
+    ``run`` describes (``what``: the name the run gave it)."""
     if not is_lm(lm):
         raise CheckpointError(f"{what!r} was an LM backend in the run; got a {type(lm).__name__}")
-    if vocab_fingerprint(lm) != fingerprint:
-        raise CheckpointError(
-            f"the LM given for {what!r} is not the run's: its vocabulary ({len(lm.vocab):,} tokens) "
-            f"differs from the run's ({vocab_size:,} tokens); pass the same model"
-        )
+    why = lm_mismatch(lm, run)
+    if why is not None:
+        raise CheckpointError(f"the LM given for {what!r} is not the run's: {why}; pass the same model")
 
 
 #: rebuilds, for a checkpoint's program description and bytes, the shared objects its particles

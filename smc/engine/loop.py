@@ -15,8 +15,11 @@ outgrows the rest can then take over its island only, not the whole population.
 
 Finished particles keep their weight and wait (they take part in resampling); particles of
 weight -inf are not stepped again but stay in the population (resampling removes them). The run
-ends when no live unfinished particle remains (or after ``max_steps``), and log_ml = log of the
-mean final weight, unfinished particles counting as 0. Finished copies a program sets aside
+ends when no live unfinished particle remains, or after ``max_steps`` steps (default
+``defaults.MAX_STEPS``: every run of a program is bounded; the Result's
+``stats["max_steps_reached"]`` says when the bound cut it), and log_ml = log of the mean final
+weight, unfinished particles counting as 0 (so log_ml estimates the mass of the sequences that
+finish within max_steps steps). Finished copies a program sets aside
 with ``Model.bank`` during a step leave the population after that step (before resampling) and
 count with their own weights: log_ml = log((1/N) (sum of final weights + sum of banked
 weights)), unbiased because each banked weight is, at its step, one more weighted particle of
@@ -31,6 +34,7 @@ import inspect
 import math
 import os
 import time
+import warnings
 from typing import Any, Awaitable, Callable
 
 import numpy as np
@@ -42,6 +46,7 @@ from smc.backends.base import LMBackend, is_lm
 from smc.core import defaults
 from smc.core.concurrency import run_all
 from smc.core.counters import RunCounters
+from smc.core.errors import InvalidArgument
 from smc.core.logmath import NEG_INF, logsumexp
 from smc.core.resampling import ess as compute_ess
 from smc.core.resampling import get_scheme
@@ -74,7 +79,7 @@ def check_smc_args(
             f"particles={particles} is more than the limit of {MAX_PARTICLES:,} particles per run; "
             "use fewer particles (or several runs)"
         )
-    if isinstance(ess_threshold, bool) or not isinstance(ess_threshold, (int, float)) or not (
+    if isinstance(ess_threshold, bool) or not isinstance(ess_threshold, (int, float, np.integer, np.floating)) or not (
         0.0 <= ess_threshold <= 1.0
     ):
         raise ValueError(f"ess_threshold must be a number in [0, 1], got {ess_threshold!r}")
@@ -100,7 +105,7 @@ async def smc(
     resampling: str = defaults.RESAMPLING,
     seed: int | None = defaults.SEED,
     critic: Critic | None = None,
-    max_steps: int | None = None,
+    max_steps: int | None = defaults.MAX_STEPS,
     progress: bool | None = None,
     progress_total: int | None = None,
     checkpoint: str | os.PathLike | None = None,
@@ -118,7 +123,11 @@ async def smc(
         seed: seeds all randomness (None: fresh entropy).
         critic: optional log twist psi(particle) applied after each step to unfinished
             particles (and removed before the next one), to steer resampling.
-        max_steps: stop after this many steps; unfinished particles then count as weight 0.
+        max_steps: stop after this many steps (default ``defaults.MAX_STEPS``, 1,000: a program
+            whose step never finishes would otherwise run until killed; None: no bound, for a
+            program that always finishes). Particles unfinished then count as weight 0, so
+            log_ml estimates the mass of the sequences that finish within max_steps steps;
+            ``stats["max_steps_reached"]`` is True and a RuntimeWarning names the bound.
         progress: tqdm bar (None: shown only once the run has lasted 2 s; False: never).
         progress_total: length of the bar (default max_steps).
         checkpoint: a file to which the run's state is written, atomically, after the
@@ -135,13 +144,15 @@ async def smc(
     """
     check_smc_args(particles, ess_threshold, resampling, seed, islands)
     get_scheme(resampling)
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
-        raise ValueError(f"max_steps must be an integer >= 0 or None, got {max_steps!r}")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
+                                  or max_steps < 0):
+        raise InvalidArgument(f"max_steps must be an integer >= 0 or None, got {max_steps!r}")
+    max_steps = None if max_steps is None else int(max_steps)
     writer = None
     if checkpoint is not None:
         writer = CheckpointWriter(checkpoint, *(checkpoint_program or ()))
     n = int(particles)
-    settings = dict(particles=n, ess_threshold=float(ess_threshold), resampling=resampling, seed=seed,
+    settings = dict(particles=n, ess_threshold=float(ess_threshold), resampling=resampling, seed=None if seed is None else int(seed),
                     max_steps=max_steps, progress_total=progress_total, critic=critic is not None,
                     islands=int(islands))
     counters = RunCounters()
@@ -235,6 +246,13 @@ async def run_steps(
             if bar is not None:
                 bar.close()
 
+    unfinished = sum(not p.finished and p.weight > NEG_INF for p in pop)
+    cut = max_steps is not None and run.step >= max_steps and unfinished > 0
+    if cut:
+        warnings.warn(
+            f"the run stopped after max_steps={max_steps} steps with {unfinished} of {n} particles "
+            "unfinished; they count as weight 0 in log_ml and the posterior (raise max_steps if "
+            "the program needs more steps)", RuntimeWarning, stacklevel=3)
     final = [p.weight if p.finished else NEG_INF for p in pop] + [b.log_weight for b in run.banked]
     samples = [
         Sample(p.text(), tuple(p.token_ids()), float(p.weight), bool(p.finished and p.weight > NEG_INF))
@@ -248,6 +266,7 @@ async def run_steps(
         "steps": len(history),
         "resampling_events": sum(r.ancestors is not None for r in history),
         "banked": len(run.banked),
+        "max_steps_reached": cut,
         "tokens": sum(len(t) for r in history for t in r.tokens),
         "wall_time_s": run.elapsed_s + time.perf_counter() - t0,
         "lm_requests": sum(d.get("requests", 0) for d in lm_delta),

@@ -74,11 +74,12 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 
+from smc.core import defaults
+from smc.core.errors import SearchBudgetExceeded
 from smc.core.logmath import NEG_INF, logsumexp
 from smc.core.counters import RunCounters, current
 from smc.core.concurrency import run_all
-from smc.core.errors import SearchBudgetExceeded
-from smc.engine import MAX_PARTICLES
+from smc.engine.loop import MAX_PARTICLES
 from smc.programs.constrained import ConstrainedGeneration
 from smc.programs.model import Model
 from smc.backends.base import is_lm
@@ -280,7 +281,8 @@ def _counted(fn: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Re
 # ---------------------------------------------------------------------------- beam search
 @_counted
 async def beam(
-    model: Model, beam_width: int = 4, *, max_steps: int | None = None, max_paths: int = MAX_PATHS
+    model: Model, beam_width: int = 4, *, max_steps: int | None = defaults.MAX_STEPS,
+    max_paths: int = MAX_PATHS
 ) -> Result:
     """Deterministic beam search: the ``beam_width`` highest-mass sequences it reaches (see the
     module docstring for the children and their masses W).
@@ -293,7 +295,8 @@ async def beam(
         model: the initial program (left untouched); a ConstrainedGeneration expands into next
             tokens, any other Model into the random paths of one step.
         beam_width: k >= 1.
-        max_steps: stop after this many rounds; unfinished beams are returned unfinished.
+        max_steps: stop after this many rounds (default ``defaults.MAX_STEPS``; None: no bound);
+            unfinished beams are returned unfinished and ``stats["max_steps_reached"]`` is True.
         max_paths: most random paths one step of a general Model may have.
 
     Returns a Result whose samples are the final beams, highest W first, with log_weight = W
@@ -325,21 +328,18 @@ async def beam(
         cands.sort(key=lambda c: (-c[0], c[1]))
         pool = [build() for _, _, build in cands[:k]]
     finished = np.array([b.weight for b in pool if b.finished], dtype=float)
-    stats = {"method": "beam", "beam_width": k, "steps": steps, "expansions": expansions}
+    stats = {"method": "beam", "beam_width": k, "steps": steps, "expansions": expansions,
+             "max_steps_reached": any(not b.finished for b in pool)}
     return run.result(pool, logsumexp(finished), stats)
 
 
 # ---------------------------------------------------------------------------- exact top k
-#: most particles ``top_k`` expands before it gives up
-MAX_EXPANSIONS = 10_000
-
-
 @_counted
 async def top_k(
     model: Model,
     k: int = 4,
     *,
-    max_expansions: int = MAX_EXPANSIONS,
+    max_expansions: int = defaults.MAX_EXPANSIONS,
     max_paths: int = MAX_PATHS,
 ) -> Result:
     """The exact ``k`` highest-W finished sequences, by best-first search.
@@ -362,8 +362,9 @@ async def top_k(
 
     Returns a Result of at most k finished samples, highest W first (fewer when the target has
     fewer sequences), log_weight = W, log_ml = log of their total mass. Raises ValueError when a
-    child's W exceeds its parent's by more than 1e-9 (the order would not be exact) or after
-    ``max_expansions`` expansions (``smc.core.errors.SearchBudgetExceeded``, a ValueError).
+    child's W exceeds its parent's by more than 1e-9 (the order would not be exact), and
+    ``smc.core.errors.SearchBudgetExceeded`` (a ValueError) after ``max_expansions`` expansions
+    (default ``defaults.MAX_EXPANSIONS``).
     """
     _check_model(model)
     k = _check_count(k, "k")
@@ -461,7 +462,7 @@ async def steer(
     n_beam: int = 4,
     *,
     seed: int | None = 0,
-    max_steps: int | None = None,
+    max_steps: int | None = defaults.MAX_STEPS,
     max_paths: int = MAX_PATHS,
 ) -> Result:
     """Without-replacement SMC steering (see the module docstring for the estimator).
@@ -476,7 +477,8 @@ async def steer(
         n_particles: N >= 1, most particles kept after each round.
         n_beam: children kept per particle and round (>= 1).
         seed: seeds all randomness (None: fresh entropy).
-        max_steps: stop after this many rounds; unfinished particles count as 0 in log_ml.
+        max_steps: stop after this many rounds (default ``defaults.MAX_STEPS``; None: no bound);
+            unfinished particles count as 0 in log_ml and ``stats["max_steps_reached"]`` is True.
         max_paths: most random paths one step of a general Model may have.
 
     Returns a Result of at most N particles whose log weights *sum* (not average) to Ẑ.
@@ -514,7 +516,8 @@ async def steer(
         idx, new = keep_without_replacement(np.array(logw, dtype=float), n, rng)
         pop = [builds[i](float(w)) for i, w in zip(idx.tolist(), new.tolist())]
     final = np.array([p.weight if p.finished else NEG_INF for p in pop], dtype=float)
-    stats = {"method": "steer", "particles": n, "n_beam": kb, "steps": steps, "expansions": expansions}
+    stats = {"method": "steer", "particles": n, "n_beam": kb, "steps": steps, "expansions": expansions,
+             "max_steps_reached": any(not p.finished for p in pop)}
     return run.result(pop, logsumexp(final), stats)
 
 
@@ -523,15 +526,18 @@ DEFAULT_N_BEAM = 2
 
 
 async def run_search(model: Model, method: str, particles: int, n_beam: int | None, seed: int | None,
-                     max_expansions: int = MAX_EXPANSIONS) -> Result:
+                     max_expansions: int = defaults.MAX_EXPANSIONS) -> Result:
     """The non-SMC methods of ``smc.generate``: ``beam(model, particles)`` for "beam",
     ``top_k(model, particles, max_expansions=max_expansions)`` for "top_k",
     ``steer(model, particles, n_beam, seed=seed)`` for "steer" (``n_beam`` defaulting to
-    DEFAULT_N_BEAM)."""
+    DEFAULT_N_BEAM). A ConstrainedGeneration finishes within max_tokens + 1 rounds, which is
+    the bound passed for its rounds (any other program: ``defaults.MAX_STEPS``)."""
+    rounds = model.max_tokens + 1 if isinstance(model, ConstrainedGeneration) else defaults.MAX_STEPS
     if method == "beam":
-        return await beam(model, particles)
+        return await beam(model, particles, max_steps=rounds)
     if method == "top_k":
         return await top_k(model, particles, max_expansions=max_expansions)
     if method == "steer":
-        return await steer(model, particles, DEFAULT_N_BEAM if n_beam is None else n_beam, seed=seed)
+        return await steer(model, particles, DEFAULT_N_BEAM if n_beam is None else n_beam, seed=seed,
+                           max_steps=rounds)
     raise ValueError(f"run_search runs 'beam', 'top_k' or 'steer', not {method!r}")

@@ -374,7 +374,7 @@ async def test_resume_names_missing_extra_and_mismatched_shared_objects(tmp_path
     with pytest.raises(CheckpointError, match=r"'constrain' .*not in the checkpoint"):
         await smc.aresume(path, lm=lm, shared={"constrain": CONSTRAINT})
     other = smc.ToyLM(["x", "<e>"], "<e>", lambda ids: [0.5, 0.5])
-    with pytest.raises(CheckpointError, match=r"not the run's: its vocabulary \(2 tokens\) differs .*\(6 tokens\)"):
+    with pytest.raises(CheckpointError, match=r"not the run's: its vocabulary has 2 tokens, the run's had 6"):
         await smc.aresume(path, lm=other, shared={"constraint": CONSTRAINT})
     with pytest.raises(CheckpointError, match="had no critic"):
         await smc.aresume(path, lm=lm, shared={"constraint": CONSTRAINT}, critic=lambda p: 0.0)
