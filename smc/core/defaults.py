@@ -59,6 +59,11 @@ TOP_P = 1.0
 #: at the default max_tokens
 TOP1_MAX_EXPANSIONS = 128
 
+#: requests in flight at once in one process (the batch runner, ``generate_many``): their
+#: particles share the backend's batched forward passes; on the embedded model on CPU, 4 at once
+#: gave most of the gain of 16 (benchmarks/RESULTS.md, "Batch runner")
+BATCH_CONCURRENCY = 8
+
 #: beams of the fallback when the exact top-1 search exceeds its budget
 TOP1_BEAM_WIDTH = 4
 
