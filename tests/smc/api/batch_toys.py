@@ -88,3 +88,8 @@ def answers(path: Path) -> dict[str, Any]:
             body = {"choices": body["choices"], "usage": body["usage"], "smc": smc}
         out[obj["custom_id"]] = (obj["response"]["status_code"], body)
     return out
+
+
+def broken() -> FastToyLM:
+    """A factory that fails, as loading a missing model does."""
+    raise RuntimeError("no such model: nowhere/nothing")
