@@ -72,3 +72,15 @@ def test_a_factory_that_fails_is_one_clear_error(local_ray, tmp_path):
         run_batch_ray(inp, tmp_path / "out.jsonl", "tests.smc.api.batch_toys:broken",
                       model_name=MODEL, workers=1, progress=False)
     assert read_lines(tmp_path / "out.jsonl") == []
+
+
+def test_the_cli_runs_a_job_on_ray(local_ray, tmp_path, capsys):
+    from smc.api import cli
+
+    inp = write_lines(tmp_path / "in.jsonl", mixed_lines(6))
+    out = tmp_path / "out.jsonl"
+    code = cli.main(["batch", "-i", str(inp), "-o", str(out), "--ray", "--workers", "2",
+                     "--lm-factory", "tests.smc.api.batch_toys:toy", "--served-model-name", MODEL, "--quiet"])
+    assert code == 0 and "every request has its line" in capsys.readouterr().err
+    run_batch(inp, tmp_path / "one.jsonl", toy(), model_name=MODEL, progress=False)
+    assert answers(out) == answers(tmp_path / "one.jsonl")
