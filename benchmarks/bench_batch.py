@@ -2,12 +2,13 @@
 process, one vs two Ray workers, Ray's per-request overhead, and how often a request's answer
 changes with the number in flight (float rounding of batched forwards).
 
-    .venv/bin/python benchmarks/bench_batch.py [--requests 16] [--particles 4] [--max-tokens 20]
-        [--concurrency 1 4 16] [--ray-workers 1 2] [--overhead-requests 200] [--no-ray]
+    .venv/bin/python benchmarks/bench_batch.py [--requests 16] [--particles 4] [--max-tokens 12]
+        [--kinds regex,choice] [--concurrency 1 4 16] [--ray-workers 1 2] [--ray-concurrency 4]
+        [--overhead-requests 200] [--no-ray | --only-ray]
 
-Workload: ``--requests`` chat requests in OpenAI's batch format, a third each with a JSON
-Schema (an object with a name and an age), a regex (a phone number) and a choice, each with its
-own seed; three of them run once first (warm-up, not timed). Requests per minute count answered lines; tokens per second are those the
+Workload: ``--requests`` chat requests in OpenAI's batch format, with in turn the constraints
+of ``--kinds`` (json: an object with a name and an age; regex: a phone number; choice: even or
+odd), each with its own seed; one request of each kind runs first (warm-up, not timed). Requests per minute count answered lines; tokens per second are those the
 particles generated (the LM's work), and, in brackets, those of the answers (the responses'
 completion tokens). The backend's prefix cache is cleared before every in-process run. Each
 Ray run starts its workers (each loads the model once: "start") before the clock of the run.
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,14 +44,15 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 NAMES = ["Ada", "Alan", "Grace", "Edsger", "Barbara", "Donald", "John", "Frances"]
 
 
-def workload(n: int, particles: int, max_tokens: int) -> list[dict]:
+def workload(n: int, particles: int, max_tokens: int, kinds: Sequence[str] = ("json", "regex", "choice")
+             ) -> list[dict]:
     lines = []
     for i in range(n):
-        k = i % 3
-        if k == 0:
+        kind = kinds[i % len(kinds)]
+        if kind == "json":
             content = f"Describe {NAMES[i % len(NAMES)]}, a person, as JSON with name and age."
             fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}}
-        elif k == 1:
+        elif kind == "regex":
             content = f"Give a phone number for office {i}."
             fmt = {"structured_outputs": {"regex": r"[0-9]{3}-[0-9]{4}"}}
         else:
@@ -97,12 +100,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--particles", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=20)
+    ap.add_argument("--max-tokens", type=int, default=12)
+    ap.add_argument("--kinds", default="regex,choice", help="constraints, in turn: json, regex, choice")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--ray-workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--ray-concurrency", type=int, default=4)
     ap.add_argument("--overhead-requests", type=int, default=200)
     ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--only-ray", action="store_true", help="skip the in-process runs (and the comparisons)")
     args = ap.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
@@ -110,22 +115,29 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, python {platform.python_version()}")
     tmp = Path(tempfile.mkdtemp(prefix="bench_batch_"))
     inp = tmp / "in.jsonl"
-    inp.write_text("".join(json.dumps(x) + "\n" for x in workload(args.requests, args.particles, args.max_tokens)))
+    kinds = args.kinds.split(",")
+    inp.write_text("".join(json.dumps(x) + "\n" for x in workload(args.requests, args.particles, args.max_tokens, kinds)))
+    if args.only_ray:
+        args.concurrency = []
     lm = load_lm()
     # one request of each kind first, so that no measured run pays the constraints' first masks
     warm = tmp / "warm.jsonl"
-    warm.write_text("".join(json.dumps(x) + "\n" for x in workload(3, args.particles, args.max_tokens)))
+    warm.write_text("".join(json.dumps(x) + "\n" for x in workload(len(kinds), args.particles, args.max_tokens, kinds)))
     run_batch(warm, tmp / "warm-out.jsonl", lm, model_name=EMBEDDED_NAME, progress=False)
     rows, outs = [], {}
     for k in args.concurrency:
         lm.clear_cache()
         out = tmp / f"k{k}.jsonl"
+        before, cpu = dict(lm.stats), time.process_time()
         with open_job(inp, out) as job:
             s = run_sync(lambda: arun_job(job, lm, EMBEDDED_NAME, concurrency=k, progress=False))
         rows.append(row(f"one process, {k} in flight", s))
+        # forward passes: whether requests in flight shared them; CPU seconds of this process
+        rows[-1].update(forward_passes=lm.stats["forward_passes"] - before["forward_passes"],
+                        cpu_s=round(time.process_time() - cpu, 1), load=round(os.getloadavg()[0], 1))
         outs[k] = answers(out)
         print(json.dumps(rows[-1]), flush=True)
-    base = args.concurrency[0]
+    base = args.concurrency[0] if args.concurrency else None
     for k in args.concurrency[1:]:
         print(json.dumps({"compare": f"{base} vs {k} in flight", **compare(outs[base], outs[k])}), flush=True)
     if args.no_ray:
@@ -145,8 +157,9 @@ def main() -> None:
             total = time.perf_counter() - t0
             rows.append(row(f"Ray, {w} worker(s) x {args.ray_concurrency} in flight", s, total - s.wall_time_s))
             print(json.dumps(rows[-1]), flush=True)
-            print(json.dumps({"compare": f"{base} in flight vs Ray {w}", **compare(outs[base], answers(out))}),
-                  flush=True)
+            if base is not None:
+                print(json.dumps({"compare": f"{base} in flight vs Ray {w}", **compare(outs[base], answers(out))}),
+                      flush=True)
         # per-request overhead on a toy LM: one worker, one in flight, against one process
         from tests.smc.api.batch_toys import toy
 

@@ -29,6 +29,7 @@ import itertools
 import json
 import logging
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from smc.api.openai import ApiError, Call, Limits, dumps, parse_call, preflight,
 from smc.api.request import Request
 from smc.api.server import EMBEDDED_NAME, as_api_error
 from smc.backends.base import LMBackend
+from smc.backends.batching import GatheredLM
 from smc.backends.loading import load_lm
 from smc.core import defaults
 from smc.core.errors import InvalidArgument, InvalidArgumentType, RequestTimeout, SmcSteerError
@@ -385,6 +387,12 @@ def failed(item: BatchLine, err: ApiError, start: float) -> Answer:
 
 
 # ---------------------------------------------------------------------------- running many
+def shared_forwards(lm: LMBackend, concurrency: int) -> LMBackend:
+    """``lm`` seen through ``GatheredLM`` when several runs will be in flight: the population
+    steps of runs stepping in the same loop turns then share one forward pass."""
+    return GatheredLM(lm, max_calls=concurrency) if concurrency > 1 and lm is not None else lm
+
+
 async def in_flight(items: Iterable[T], run: Callable[[T], Awaitable[R]], limit: int
                     ) -> AsyncIterator[tuple[T, R | BaseException]]:
     """``run(item)`` for every item, at most ``limit`` at once, started in order; yields
@@ -420,8 +428,11 @@ class Progress:
 
     def __init__(self, total: int, initial: int = 0, progress: bool | None = None, failed: int = 0):
         self.failed, self.tokens, self.start = failed, 0, time.perf_counter()
+        # redrawn twice a second on a terminal; every 30 s into a log file (an overnight job's
+        # log would otherwise hold one redraw per request)
+        interval = 0.5 if sys.stderr.isatty() else 30.0
         self.bar = tqdm(total=total, initial=initial, unit="req", delay=0 if progress else 2.0,
-                        disable=progress is False, dynamic_ncols=True, mininterval=0.5)
+                        disable=progress is False, dynamic_ncols=True, mininterval=interval)
         self.bar.set_postfix(failed=failed, refresh=False)
 
     def update(self, ok: bool, tokens: int) -> None:
@@ -511,6 +522,7 @@ async def arun_job(job: BatchJob, lm: LMBackend, model_name: str, *,
     each output line as its request ends (an interrupt loses only the runs in flight)."""
     check_concurrency(concurrency)
     timeout = check_timeout(timeout)
+    lm = shared_forwards(lm, concurrency)
     tally = Tally()
     bar = Progress(len(job.lines), job.already, progress, job.kept_errors)
     runs = in_flight(job.pending, lambda item: answer(item, lm, model_name, timeout=timeout, limits=limits),
@@ -640,6 +652,7 @@ async def agenerate_many(
         lm = load_lm()
     else:
         check_lm(lm)
+    lm = shared_forwards(lm, concurrency)
     results: list[Any] = [None] * len(batch)
 
     async def one(i: int) -> Result:

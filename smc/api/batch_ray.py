@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from smc.api.batch import (Answer, BatchJob, BatchLine, BatchSummary, Progress, Tally, answer,
-                           check_concurrency, check_timeout, open_job, resolve_factory, result_line)
+                           check_concurrency, check_timeout, open_job, resolve_factory, result_line,
+                           shared_forwards)
 from smc.api.openai import ApiError
 from smc.backends.base import LMBackend
 from smc.core import defaults
@@ -54,8 +55,8 @@ class BatchWorker:
     async methods run in the actor's one event loop."""
 
     def __init__(self, factory: str | Callable[..., LMBackend], args: Sequence[Any],
-                 kwargs: Mapping[str, Any], model_name: str, timeout: float | None):
-        self.lm = resolve_factory(factory)(*args, **kwargs)
+                 kwargs: Mapping[str, Any], model_name: str, timeout: float | None, in_flight: int):
+        self.lm = shared_forwards(resolve_factory(factory)(*args, **kwargs), in_flight)
         self.model_name, self.timeout = model_name, timeout
 
     def ready(self) -> int:
@@ -149,7 +150,7 @@ def run_batch_ray(
     resolve_factory(factory)  # a typo in "module:function" fails here, before Ray starts
     started = False
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address)
         started = True
     try:
         with open_job(input, output, retry_errors=retry_errors, fsync=fsync) as job:
@@ -161,7 +162,7 @@ def run_batch_ray(
                            max_concurrency=in_flight + 1, max_restarts=0)
             remote = (ray.remote(BatchWorker), options)
             return Driver(ray, RayActorError, RayTaskError, job, remote,
-                          (factory, tuple(args), factory_kwargs, model_name, timeout), cluster,
+                          (factory, tuple(args), factory_kwargs, model_name, timeout, in_flight), cluster,
                           in_flight, max_attempts, cluster.workers if max_restarts is None else max_restarts,
                           progress, on_answer).run()
     finally:
