@@ -44,7 +44,7 @@ from smc.api.openai import ApiError, Call, Limits, dumps, parse_call, preflight,
 from smc.api.request import Request
 from smc.api.server import EMBEDDED_NAME, as_api_error
 from smc.backends.base import LMBackend
-from smc.backends.batching import GatheredLM
+from smc.backends.batching import gathered
 from smc.backends.loading import load_lm
 from smc.core import defaults
 from smc.core.errors import InvalidArgument, InvalidArgumentType, RequestTimeout, SmcSteerError
@@ -388,9 +388,9 @@ def failed(item: BatchLine, err: ApiError, start: float) -> Answer:
 
 # ---------------------------------------------------------------------------- running many
 def shared_forwards(lm: LMBackend, concurrency: int) -> LMBackend:
-    """``lm`` seen through ``GatheredLM`` when several runs will be in flight: the population
-    steps of runs stepping in the same loop turns then share one forward pass."""
-    return GatheredLM(lm, max_calls=concurrency) if concurrency > 1 and lm is not None else lm
+    """``lm`` seen through its ``GatheredLM`` view when several runs will be in flight: the
+    population steps of runs stepping in the same loop turns then share one forward pass."""
+    return gathered(lm, max_calls=concurrency) if concurrency > 1 and lm is not None else lm
 
 
 async def in_flight(items: Iterable[T], run: Callable[[T], Awaitable[R]], limit: int

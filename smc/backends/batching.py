@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar, Union
 
 from smc.backends.base import NextTokenDists, next_token_dists
@@ -102,16 +103,26 @@ class GatheredLM:
     #: shared by all particles, never copied or pickled with one (like any backend)
     shared_by_particles = True
 
-    def __init__(self, lm: Any, max_calls: int = 64):
-        self.inner = lm
+    def __init__(self, lm: Any, max_calls: int = 64, *, weak: bool = False):
+        # a cached view (``gathered``) refers to its backend weakly: the cache, keyed weakly by
+        # the backend, must not keep it alive through its own value
+        self.ref = weakref.ref(lm) if weak else (lambda: lm)
         self.vocab = lm.vocab
         self.eos_token_ids = lm.eos_token_ids
         self._gather: AutoBatcher[list[tuple[int, ...]], Any] = AutoBatcher(self._run, max_calls)
 
+    @property
+    def inner(self) -> Any:
+        """The backend viewed (RuntimeError once it is gone)."""
+        lm = self.ref()
+        if lm is None:
+            raise RuntimeError("the backend of this gathered view no longer exists")
+        return lm
+
     def __getattr__(self, name: str) -> Any:
-        # only called for names not found on the view; "inner" missing means a half-built
+        # only called for names not found on the view; "ref" missing means a half-built
         # object (e.g. during copying), which must not recurse
-        if name == "inner":
+        if name == "ref":
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -154,3 +165,20 @@ class GatheredLM:
             out.append(NextTokenDists(dists.logp[start:end], dists.cdf[start:end]))
             start = end
         return out
+
+
+_GATHERED: "weakref.WeakKeyDictionary[Any, dict[int, GatheredLM]]" = weakref.WeakKeyDictionary()
+
+
+def gathered(lm: Any, max_calls: int = 64) -> GatheredLM:
+    """The ``GatheredLM`` view of ``lm`` (one per backend and ``max_calls``, reused), so that
+    what is cached per LM object (vocabulary tables, masks) is built once for every batch run
+    on that backend, not once per run."""
+    try:
+        views = _GATHERED.setdefault(lm, {})
+    except TypeError:  # a backend that cannot be weakly referenced: a new view each time
+        return GatheredLM(lm, max_calls)
+    view = views.get(max_calls)
+    if view is None:
+        view = views[max_calls] = GatheredLM(lm, max_calls, weak=True)
+    return view

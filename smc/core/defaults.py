@@ -60,8 +60,10 @@ TOP_P = 1.0
 TOP1_MAX_EXPANSIONS = 128
 
 #: requests in flight at once in one process (the batch runner, ``generate_many``): their
-#: particles share the backend's batched forward passes; on the embedded model on CPU, 4 at once
-#: gave most of the gain of 16 (benchmarks/RESULTS.md, "Batch runner")
+#: population steps share forward passes; on the embedded model on CPU, 16 requests took 94
+#: forward passes one at a time, 29 at 4 and 9 at 16, and 2.2-2.4x (4) to 3.2-10x (16) the
+#: requests per minute (benchmarks/RESULTS.md, "Batch runner"); 8 keeps the memory of the
+#: requests in flight modest for large particle counts
 BATCH_CONCURRENCY = 8
 
 #: beams of the fallback when the exact top-1 search exceeds its budget

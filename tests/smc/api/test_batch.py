@@ -304,3 +304,19 @@ def test_runs_in_flight_share_forward_passes(mixed, tmp_path):
     run(mixed, tmp_path / "many.jsonl", lm=lm, concurrency=12)
     assert sum(calls) == rows and len(calls) < alone / 2
     assert answers(tmp_path / "many.jsonl") == answers(tmp_path / "one.jsonl")
+
+
+def test_the_gathered_view_is_one_per_backend_and_does_not_keep_it_alive():
+    import gc
+    import weakref
+
+    from smc.api.batch import shared_forwards
+
+    lm = toy()
+    view = shared_forwards(lm, 4)
+    assert view is shared_forwards(lm, 4) and view.inner is lm and view.stats is lm.stats
+    assert shared_forwards(lm, 1) is lm
+    ref = weakref.ref(lm)
+    del lm, view
+    gc.collect()
+    assert ref() is None
