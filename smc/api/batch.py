@@ -7,8 +7,9 @@ line, ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "
 the body is the server's response (status 200) or its OpenAI error object (4xx/5xx).
 
 Concurrency. Up to K requests run at once (``concurrency``) as tasks of one event loop on one
-backend: the HF backend's auto-batching puts their particles in the same forward passes and its
-prefix cache serves their shared prompt prefixes. Each run draws only from its own generator,
+backend, seen through its ``GatheredLM`` view (``smc.backends.batching``): the population
+steps of runs stepping in the same loop turns go to the backend as one call (one forward
+pass), and its prefix cache serves their shared prompt prefixes. Each run draws only from its own generator,
 seeded by its own request (the body's seed, else ``defaults.SEED``: the server's rule), so its
 result is a function of (request, model) alone, not of K, of its neighbours, or of a resume,
 up to the float rounding of batched forwards (docs/batch.md gives the measured rate).
@@ -389,7 +390,8 @@ def failed(item: BatchLine, err: ApiError, start: float) -> Answer:
 # ---------------------------------------------------------------------------- running many
 def shared_forwards(lm: LMBackend, concurrency: int) -> LMBackend:
     """``lm`` seen through its ``GatheredLM`` view when several runs will be in flight: the
-    population steps of runs stepping in the same loop turns then share one forward pass."""
+    population steps of runs stepping in the same loop turns then share one forward pass.
+    The view refers to ``lm`` weakly: the caller keeps ``lm`` while it uses the view."""
     return gathered(lm, max_calls=concurrency) if concurrency > 1 and lm is not None else lm
 
 
@@ -522,10 +524,10 @@ async def arun_job(job: BatchJob, lm: LMBackend, model_name: str, *,
     each output line as its request ends (an interrupt loses only the runs in flight)."""
     check_concurrency(concurrency)
     timeout = check_timeout(timeout)
-    lm = shared_forwards(lm, concurrency)
+    view = shared_forwards(lm, concurrency)  # refers to lm weakly: lm stays referenced here
     tally = Tally()
     bar = Progress(len(job.lines), job.already, progress, job.kept_errors)
-    runs = in_flight(job.pending, lambda item: answer(item, lm, model_name, timeout=timeout, limits=limits),
+    runs = in_flight(job.pending, lambda item: answer(item, view, model_name, timeout=timeout, limits=limits),
                      concurrency)
     try:
         async for _, got in runs:
@@ -652,11 +654,11 @@ async def agenerate_many(
         lm = load_lm()
     else:
         check_lm(lm)
-    lm = shared_forwards(lm, concurrency)
+    view = shared_forwards(lm, concurrency)  # refers to lm weakly: lm stays referenced here
     results: list[Any] = [None] * len(batch)
 
     async def one(i: int) -> Result:
-        run = arun(batch[i], lm, False)
+        run = arun(batch[i], view, False)
         try:
             return await (run if timeout is None else asyncio.wait_for(run, timeout))
         except TimeoutError:

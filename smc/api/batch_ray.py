@@ -3,7 +3,7 @@
 One Ray actor per GPU (or per ``cpus_per_worker`` CPUs) builds the LM once, from a picklable
 factory (a callable, or ``"module:function"`` imported in the worker), and answers lines with
 the in-process runner's ``smc.api.batch.answer``, up to ``in_flight`` at once, in its own event
-loop: they share that worker's batched forward passes exactly as in one process. The driver
+loop: they share that worker's forward passes (``GatheredLM``) exactly as in one process. The driver
 (this process) reads and repairs the output (``open_job``: the same resume rules), feeds lines
 to the actors with at most ``in_flight`` outstanding per actor, and writes every answer to the
 one output file as it comes back, whole (``ResultWriter``).
@@ -56,7 +56,9 @@ class BatchWorker:
 
     def __init__(self, factory: str | Callable[..., LMBackend], args: Sequence[Any],
                  kwargs: Mapping[str, Any], model_name: str, timeout: float | None, in_flight: int):
-        self.lm = shared_forwards(resolve_factory(factory)(*args, **kwargs), in_flight)
+        # the view refers to the backend weakly: the worker holds the backend itself
+        self.backend = resolve_factory(factory)(*args, **kwargs)
+        self.lm = shared_forwards(self.backend, in_flight)
         self.model_name, self.timeout = model_name, timeout
 
     def ready(self) -> int:

@@ -265,6 +265,10 @@ def test_generate_many_takes_prompts_and_mappings_with_shared_settings():
                             progress=False)
     assert [len(r.samples) for r in got] == [3, 2, 3]
     assert set(got[0].posterior) <= {"11", "12", "21", "22"} and list(got[2].posterior) == ["1"]
+    # the backend given only here is kept alive by the call (its gathered view is weak)
+    again = smc.generate_many(items, {"regex": "[12]{2}"}, lm=toy(), particles=3, max_tokens=3,
+                              chat=False, progress=False, concurrency=3)
+    assert [r.posterior for r in again] == [r.posterior for r in got]
     with pytest.raises(InvalidArgument, match=r"requests\[1\]: particles"):
         generate_many(["a", {"prompt": "b", "particles": 0}], lm=lm)
     with pytest.raises(InvalidArgument, match=r"requests\[0\]: give either a Request or its fields"):
