@@ -1,4 +1,4 @@
-"""The HTTP server under concurrent clients (issue 29), on the embedded model over real HTTP.
+"""The HTTP server under concurrent clients, on the embedded model over real HTTP.
 
 Starts ``smc.api.server`` (uvicorn, a thread of this process, 127.0.0.1 on a free port) and:
 

@@ -15,7 +15,7 @@ final target p(x) p(EOS | x) exp(complete(x)) is 0 wherever the indicator is, so
 EOS's incremental weight p(EOS | x) exp(complete(x) - prefix(x)) is unchanged and the sampler
 stays properly weighted for the same posterior pi, with an unbiased Ẑ. What changes is that the
 last step spends its particles only on texts that finish, instead of on prefixes that the forced
-EOS would kill (the particles of issue 10 that were still writing at 32 tokens).
+EOS would kill (particles still writing a value at 32 tokens).
 
 Works for any token-level potential. Lifted byte potentials take the fast path of
 ``Lifted.last_step_mask``: one trie walk per ``complete_key`` (a DFA state), or only the tokens that

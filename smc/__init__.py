@@ -43,6 +43,9 @@ _EXPORTS = {
     "generate": "smc.api.generation",
     "agenerate": "smc.api.generation",
     "resume": "smc.api.generation",
+    "generate_many": "smc.api.batch",
+    "agenerate_many": "smc.api.batch",
+    "run_batch": "smc.api.batch",
     "aresume": "smc.api.generation",
 }
 

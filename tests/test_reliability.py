@@ -1,7 +1,7 @@
 """Reliability: every bad input gets one clear error (type and message), nothing hangs, a failed
 run leaves the LM usable, and the prefix cache stays within its byte budget.
 
-The tables below are the adversarial inputs of issue 13 (and their neighbours): each row is an
+The tables below are adversarial inputs (and their neighbours): each row is an
 input, the exception type it must raise and a substring its message must contain. CLI rows run
 ``python -m smc`` in a subprocess and assert exit status 2 with exactly one line on stderr.
 Timing bounds ("no hang") are generous: they catch a hang, not a slowdown.
@@ -535,7 +535,7 @@ def test_embedded_lm_cache_within_budget_and_exact(embedded_lm):
     assert small.trie.pool.numel() * small.trie.pool.element_size() == initial
 
 
-# --------------------------------------------------------------------------- files written (issue 35)
+# --------------------------------------------------------------------------- files written
 def _tree(root: Path) -> dict:
     """Every entry under ``root`` (links not followed): kind, and the bytes of regular files."""
     out = {}
@@ -598,7 +598,7 @@ def test_checkpoint_of_a_run_is_written_and_resumed_beside_other_files(tmp_path)
     assert smc.resume(tmp_path / "empty.ckpt", lm=lm).log_ml == full.log_ml
 
 
-# --------------------------------------------------------------------------- bounds (issue 35)
+# --------------------------------------------------------------------------- bounds
 class _Forever(smc.Model):
     """A program whose step never finishes."""
 
@@ -753,7 +753,7 @@ def test_numpy_numbers_are_accepted_wherever_numbers_are():
         assert smc.generate(req, lm=lm).finished
 
 
-# --------------------------------------------------------------------------- dead prefixes die (issue 35)
+# --------------------------------------------------------------------------- dead prefixes die
 def test_dead_prefixes_of_deep_disjunctions_and_enum_escapes_die():
     from potentials import JSONSchema
 

@@ -1,4 +1,4 @@
-"""Property-based layer over the reliability suite (issue 35).
+"""Property-based layer over the reliability suite.
 
 Random regexes, JSON Schemas and argument values are drawn from the documented domains and just
 outside them; every call must end within a time bound, either in a Result whose finished samples

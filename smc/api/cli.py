@@ -1,6 +1,8 @@
 """Command line: ``python -m smc generate (--prompt TEXT | --messages FILE.json) [--system TEXT]
-(--regex R | --grammar F | --json-schema F)``, and ``python -m smc serve [--model NAME]
-[--backend hf|vllm] [--host H] [--port P] [--api-key KEY]`` (smc.api.server, docs/serving.md).
+(--regex R | --grammar F | --json-schema F)``, ``python -m smc serve [--model NAME]
+[--backend hf|vllm] [--host H] [--port P] [--api-key KEY]`` (smc.api.server, docs/serving.md),
+and ``python -m smc batch -i IN.jsonl -o OUT.jsonl [--ray [ADDRESS]]`` (smc.api.batch,
+smc.api.batch_ray, docs/batch.md).
 
 The prompt follows the one prompt rule (smc.backends.prompts): ``--prompt`` text goes through
 the model's chat template when it has one; ``--messages`` is a JSON list of
@@ -22,7 +24,9 @@ from typing import Sequence
 
 from potentials import Grammar, JSONSchema, Regex
 from samplers import SAMPLERS
-from smc.api.generation import generate
+from smc.api.batch import BatchSummary, arun_job, default_model_name, open_job, resolve_factory
+from smc.api.batch_ray import run_batch_ray
+from smc.api.generation import generate, run_sync
 from smc.api.openai import Limits
 from smc.api.request import Request
 from smc.api.server import EMBEDDED_NAME, serve
@@ -100,6 +104,36 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"most particles per request (default {Limits.max_particles})")
     s.add_argument("--max-running", type=int, default=Limits.max_running,
                    help=f"most runs at once; later requests wait (default {Limits.max_running})")
+    b = sub.add_parser("batch", help="answer an OpenAI batch file (JSONL), resumably")
+    b.add_argument("-i", "--input", type=Path, required=True, metavar="IN.jsonl",
+                   help='requests, one per line: {"custom_id", "method": "POST", "url", "body"}')
+    b.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.jsonl",
+                   help="results, one line per custom_id; an existing file is resumed")
+    b.add_argument("--model", default=None, help="HF model id or directory (default: embedded SmolLM2)")
+    b.add_argument("--backend", choices=["hf", "vllm", "mlx"], default="hf")
+    b.add_argument("--lm-factory", default=None, metavar="MODULE:FUNCTION",
+                   help="build the LM by calling this function (instead of --model/--backend)")
+    b.add_argument("--lm-kwargs", default=None, metavar="JSON",
+                   help='keyword arguments of the LM loader, e.g. \'{"tensor_parallel_size": 2}\'')
+    b.add_argument("--served-model-name", default=None,
+                   help="the one model name bodies may give (default: --model, or "
+                        f"{EMBEDDED_NAME!r}); a body naming another is an error line")
+    b.add_argument("--concurrency", type=int, default=defaults.BATCH_CONCURRENCY,
+                   help="requests in flight at once per process (per Ray worker with --ray); "
+                        f"default {defaults.BATCH_CONCURRENCY}")
+    b.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="per-request time limit: a request past it is an error line (408)")
+    b.add_argument("--retry-errors", action="store_true",
+                   help="run the output's error lines again (default: keep them)")
+    b.add_argument("--ray", nargs="?", const=True, default=None, metavar="ADDRESS",
+                   help="run on a Ray cluster (ADDRESS, else RAY_ADDRESS, else a local Ray)")
+    b.add_argument("--workers", type=int, default=None,
+                   help="Ray actors (default: one per GPU, else one per --cpus-per-worker CPUs)")
+    b.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each Ray actor reserves")
+    b.add_argument("--gpus-per-worker", type=float, default=None,
+                   help="GPUs each Ray actor reserves (default 1 on a cluster with GPUs; a "
+                        "tensor-parallel vLLM engine needs its tensor_parallel_size)")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
@@ -179,6 +213,59 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _factory(args: argparse.Namespace) -> tuple[object, tuple, dict]:
+    """(factory, args, kwargs) that build the batch's LM: --lm-factory, else load_lm(--model,
+    backend=--backend), with --lm-kwargs."""
+    kwargs = {}
+    if args.lm_kwargs is not None:
+        try:
+            kwargs = json.loads(args.lm_kwargs)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--lm-kwargs is not valid JSON: {e}") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError("--lm-kwargs must be a JSON object")
+    if args.lm_factory is not None:
+        if args.model is not None:
+            raise ValueError("give --lm-factory or --model, not both")
+        return resolve_factory(args.lm_factory), (), kwargs
+    return load_lm, (args.model,), {"backend": args.backend, **kwargs}
+
+
+def _summary_line(s: BatchSummary, output: Path) -> str:
+    done = f"{s.succeeded + s.failed} answered ({s.failed} error lines)"
+    kept = f", {s.already} already in {output}" if s.already else ""
+    errs = f" ({s.kept_errors} error lines kept; --retry-errors runs them again)" if s.kept_errors else ""
+    moved = f", {s.reassigned} moved off dead workers" if s.reassigned else ""
+    end = "every request has its line" if s.complete else "INCOMPLETE: rerun the same command to resume"
+    return f"{done}{kept}{errs}{moved} in {s.wall_time_s:.1f}s; {end}"
+
+
+def _batch(args: argparse.Namespace) -> int:
+    if args.concurrency < 1:
+        raise ValueError(f"--concurrency must be >= 1, got {args.concurrency}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    factory, fargs, fkwargs = _factory(args)
+    name = args.served_model_name or default_model_name(args.model)
+    progress = False if args.quiet else True
+    if args.ray is not None:
+        summary = run_batch_ray(args.input, args.output, factory, fargs, fkwargs, model_name=name,
+                                address=None if args.ray is True else args.ray, workers=args.workers,
+                                cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker,
+                                in_flight=args.concurrency, timeout=args.timeout,
+                                retry_errors=args.retry_errors, progress=progress)
+    else:
+        if args.workers is not None or args.gpus_per_worker is not None:
+            raise ValueError("--workers and --gpus-per-worker are for --ray runs")
+        # the files are checked (and the output locked) before the model loads
+        with open_job(args.input, args.output, retry_errors=args.retry_errors) as job:
+            lm = factory(*fargs, **fkwargs) if job.pending else None
+            summary = run_sync(lambda: arun_job(job, lm, name, concurrency=args.concurrency,
+                                                timeout=args.timeout, progress=progress))
+    print(_summary_line(summary, args.output), file=sys.stderr)
+    return 0
+
+
 def _generate(args: argparse.Namespace) -> int:
     request = request_of(args)  # every bad flag is refused before the model loads
     lm = load_lm(args.model, backend=args.backend)
@@ -206,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted (one line). Unexpected internal errors still raise, with their traceback."""
     try:
         args = build_parser().parse_args(argv)
-        return _serve(args) if args.command == "serve" else _generate(args)
+        commands = {"serve": _serve, "batch": _batch, "generate": _generate}
+        return commands[args.command](args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
     except (ValueError, TypeError, OSError, ImportError, KeyError) as e:

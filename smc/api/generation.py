@@ -212,7 +212,7 @@ def rebuild_program(header: dict[str, Any], program_bytes: bytes, lm: LMBackend 
     return out
 
 
-def _sync(make: Callable[[], Awaitable[T]]) -> T:
+def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     """Run the coroutine ``make()`` to its end from synchronous code; inside a running event loop
     (e.g. Jupyter) on a worker thread."""
     try:
@@ -272,7 +272,7 @@ def generate(
     progress = optional_bool(progress, "progress")
     if lm is not None:
         check_lm(lm)
-    return _sync(lambda: arun(request, lm, progress))
+    return run_sync(lambda: arun(request, lm, progress))
 
 
 async def aresume(
@@ -330,5 +330,5 @@ def resume(
     Raises CheckpointError for a file that is not a checkpoint, is corrupt, or comes from
     another version of smc-steer, and for missing or mismatched shared objects.
     """
-    return _sync(lambda: aresume(path, lm=lm, shared=shared, critic=critic, progress=progress,
+    return run_sync(lambda: aresume(path, lm=lm, shared=shared, critic=critic, progress=progress,
                                  checkpoint=checkpoint))

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Awaitable, Callable, Generic, Sequence, TypeVar, Union
+import weakref
+from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar, Union
+
+from smc.backends.base import NextTokenDists, next_token_dists
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -81,3 +84,101 @@ class AutoBatcher(Generic[T, R]):
             for (_, fut), result in zip(live, results):
                 if not fut.done():
                     fut.set_result(result)
+
+
+class GatheredLM:
+    """A view of ``lm`` whose population calls from concurrent tasks share forward passes.
+
+    ``await view.batch_next_token_dists(batch)`` from several tasks of one event loop (e.g.
+    several requests of the batch runner, each stepping its own population) are gathered by an
+    AutoBatcher: the contexts of up to ``max_calls`` such calls, asked in the same loop turns,
+    go to ``lm`` in one call (whose backend runs them as one forward pass, up to its own
+    ``max_batch`` rows), and each caller gets its own rows back, in its order. A row is
+    p(· | ctx) whatever else is in the batch, up to the float rounding of batched forwards.
+
+    Every other member is ``lm``'s own (vocabulary, ``encode``, ``stats``, ...). Made by the
+    layer above for the lifetime of a batch; like a backend it is shared by particles.
+    """
+
+    #: shared by all particles, never copied or pickled with one (like any backend)
+    shared_by_particles = True
+
+    def __init__(self, lm: Any, max_calls: int = 64, *, weak: bool = False):
+        # a cached view (``gathered``) refers to its backend weakly: the cache, keyed weakly by
+        # the backend, must not keep it alive through its own value
+        self.ref = weakref.ref(lm) if weak else (lambda: lm)
+        self.vocab = lm.vocab
+        self.eos_token_ids = lm.eos_token_ids
+        self._gather: AutoBatcher[list[tuple[int, ...]], Any] = AutoBatcher(self._run, max_calls)
+
+    @property
+    def inner(self) -> Any:
+        """The backend viewed (RuntimeError once it is gone)."""
+        lm = self.ref()
+        if lm is None:
+            raise RuntimeError("the backend of this gathered view no longer exists")
+        return lm
+
+    def __getattr__(self, name: str) -> Any:
+        # only called for names not found on the view; "ref" missing means a half-built
+        # object (e.g. during copying), which must not recurse
+        if name == "ref":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
+
+    async def next_token_logprobs(self, ids: Sequence[int]) -> Any:
+        return await self.inner.next_token_logprobs(ids)
+
+    async def batch_next_token_logprobs(self, batch: Sequence[Sequence[int]]) -> Any:
+        return (await self.batch_next_token_dists(batch)).logp
+
+    async def batch_next_token_dists(self, batch: Sequence[Sequence[int]]) -> Any:
+        """The NextTokenDists of ``batch``, computed with the calls of other tasks."""
+        got = await self._gather.submit([tuple(ids) for ids in batch])
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    async def _run(self, calls: list[list[tuple[int, ...]]]) -> list[Any]:
+        """One call on ``lm`` for the contexts of every gathered call, split back. If it fails,
+        each call runs alone, so that a failure reaches only the task whose contexts caused it
+        (one request's failure never fails the requests that stepped beside it)."""
+        flat = [ids for call in calls for ids in call]
+        try:
+            dists = await next_token_dists(self.inner, flat)
+        except Exception:  # noqa: BLE001 - retried call by call below
+            if len(calls) == 1:
+                raise
+            out: list[Any] = []
+            for call in calls:
+                try:
+                    out.append(await next_token_dists(self.inner, call))
+                except Exception as e:  # noqa: BLE001 - raised in its own caller
+                    out.append(e)
+            return out
+        out, start = [], 0
+        for call in calls:
+            end = start + len(call)
+            out.append(NextTokenDists(dists.logp[start:end], dists.cdf[start:end]))
+            start = end
+        return out
+
+
+_GATHERED: "weakref.WeakKeyDictionary[Any, dict[int, GatheredLM]]" = weakref.WeakKeyDictionary()
+
+
+def gathered(lm: Any, max_calls: int = 64) -> GatheredLM:
+    """The ``GatheredLM`` view of ``lm`` (one per backend and ``max_calls``, reused), so that
+    what is cached per LM object (vocabulary tables, masks) is built once for every batch run
+    on that backend, not once per run."""
+    try:
+        views = _GATHERED.setdefault(lm, {})
+    except TypeError:  # a backend that cannot be weakly referenced: a new view each time
+        return GatheredLM(lm, max_calls)
+    view = views.get(max_calls)
+    if view is None:
+        view = views[max_calls] = GatheredLM(lm, max_calls, weak=True)
+    return view

@@ -59,19 +59,26 @@ TOP_P = 1.0
 #: at the default max_tokens
 TOP1_MAX_EXPANSIONS = 128
 
+#: requests in flight at once in one process (the batch runner, ``generate_many``): their
+#: population steps share forward passes; on the embedded model on CPU, 16 requests took 94
+#: forward passes one at a time, 29 at 4 and 9 at 16, and 2.2-2.4x (4) to 3.2-10x (16) the
+#: requests per minute (benchmarks/RESULTS.md, "Batch runner"); 8 keeps the memory of the
+#: requests in flight modest for large particle counts
+BATCH_CONCURRENCY = 8
+
 #: beams of the fallback when the exact top-1 search exceeds its budget
 TOP1_BEAM_WIDTH = 4
 
 #: steps a run of a program takes at most (``smc.smc``, ``smc.beam``, ``smc.steer``): a program
 #: whose step never calls finish() would otherwise run until killed (an LMContext program wrote
-#: 2,279 tokens in 570 s on the embedded model, issue 35). Unfinished particles then count as
+#: 2,279 tokens in 570 s on the embedded model). Unfinished particles then count as
 #: weight 0 and the Result says so (stats["max_steps_reached"]). ``generate``'s own program ends
 #: by max_tokens + 1 steps and passes that bound instead, so this never cuts a generation.
 MAX_STEPS = 1_000
 
 #: particles method="top_k" expands at most before it raises SearchBudgetExceeded. An expansion
 #: is one forward pass and one full next-token weight vector: ~68 ms on the embedded model on CPU
-#: (issue 35: 7,183 passes in 488 s for Regex("[0-9]+"), k=3, max_tokens=6), so 256 keeps a top_k
+#: (7,183 passes in 488 s for Regex("[0-9]+"), k=3, max_tokens=6), so 256 keeps a top_k
 #: call under ~20 s there while leaving room for the answers of short outputs (each answer of T
 #: tokens needs at least T + 1 expansions)
 MAX_EXPANSIONS = 256

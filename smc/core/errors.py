@@ -24,3 +24,8 @@ class InvalidArgumentType(SmcSteerError, TypeError):
 class SearchBudgetExceeded(InvalidArgument):
     """A deterministic search (``smc.top_k``) used up its budget of expansions before it could
     answer exactly; a caller may fall back to a heuristic search."""
+
+
+class RequestTimeout(SmcSteerError, TimeoutError):
+    """A run went past its time limit (``generate_many(..., timeout=)``, the batch runner's
+    per-request limit) and was cancelled."""

@@ -203,7 +203,7 @@ def test_random_patterns_agree_with_re(pattern, flags):
             check_string(dfa, rx, "".join(chars))
 
 
-# ---------------------------------------------------------------- regex-package syntax (issue 10)
+# ---------------------------------------------------------------- regex-package syntax
 
 REGEX_PACKAGE_CASES = [
     r"\p{L}+", r"\P{Greek}\p{N}?", r"[\p{L}&&[^\p{Lu}]]", r"(?V1)[\p{L}&&[^\p{Lu}]]+",

@@ -182,7 +182,7 @@ async def test_random_values_agree_with_the_drafts_validator(cls, schema, value)
             assert state is not None
 
 
-# ------------------------------------------------------------------ issue 13: bounded checks
+# ------------------------------------------------------------------ bounded checks
 CATASTROPHIC = {"type": "string", "allOf": [{"pattern": "^a{30,}b?$"},
                                             {"pattern": "^(?=a)(a+)+b$"}]}
 

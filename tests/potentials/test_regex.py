@@ -117,7 +117,7 @@ def test_flags_are_used():
     assert not Regex(r"abc").dfa.fullmatch(b"AbC")
 
 
-# ---------------------------------------------------------------- fallback soundness (issue 10)
+# ---------------------------------------------------------------- fallback soundness
 
 
 async def test_full_match_is_not_extended_by_a_partial_character():
@@ -198,7 +198,7 @@ async def test_fallback_checks_run_in_bounded_time():
         Regex(r"(a)\1", timeout=0)
 
 
-# ---------------------------------------------------------------- bad input, size (issue 13)
+# ---------------------------------------------------------------- bad input, size
 
 
 def test_huge_repeats_get_a_clear_error_quickly():

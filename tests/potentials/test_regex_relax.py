@@ -119,7 +119,7 @@ def test_leading_lookaheads_only_when_extension_stable():
 
 
 async def test_recursive_pattern_rejects_non_word_text_without_the_regex_engine():
-    # issue 10: `regex` needs seconds to say no here (exponential backtracking); R(P) = \w{2,}
+    # `regex` needs seconds to say no here (exponential backtracking); R(P) = \w{2,}
     pot = Regex(r"(\w+(?0)?\w+)")
     text = b"abcdefghijklmnopqrstuvwxyz0123"
     t0 = time.monotonic()
