@@ -1,5 +1,5 @@
 """Command line: ``python -m smc generate (--prompt TEXT | --messages FILE.json) [--system TEXT]
-(--regex R | --grammar F | --json-schema F)``.
+(--regex R | --grammar F | --json-schema F | --choice S [S ...])``.
 
 The prompt follows the one prompt rule (smc.backends.prompts): ``--prompt`` text goes through
 the model's chat template when it has one; ``--messages`` is a JSON list of
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from potentials import Grammar, JSONSchema, Regex
+from potentials.choice import Choice
 from samplers import SAMPLERS
 from smc.api.generation import generate
 from smc.api.request import Request
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--regex", help="regular expression the output must match")
     which.add_argument("--grammar", type=Path, help="Lark grammar file the output must parse with")
     which.add_argument("--json-schema", type=Path, help="JSON Schema file the output must satisfy")
+    which.add_argument("--choice", nargs="+", metavar="S", help="the output is one of these strings")
     g.add_argument("--particles", type=int, default=None, help=f"N (default {defaults.PARTICLES})")
     g.add_argument("--max-tokens", type=int, default=None, help=f"default {defaults.MAX_TOKENS}")
     g.add_argument("--seed", type=int, default=None, help=f"default {defaults.SEED}")
@@ -123,6 +125,8 @@ def _constraint(args: argparse.Namespace):
         return Regex(check_text(args.regex, "--regex"))
     if args.grammar is not None:
         return Grammar(_read(args.grammar, "grammar"))
+    if args.choice is not None:
+        return Choice([check_text(s, "--choice") for s in args.choice])
     text = _read(args.json_schema, "JSON Schema")
     try:
         schema = json.loads(text)
