@@ -219,3 +219,14 @@ async def test_structural_tag_current_form_sequence_and_any_text():
         {"type": "tag", "begin": "</answer><note>", "content": {"type": "any_text"}, "end": "</note>"}]}})
     assert await pot.complete(b'why <answer>{"a": 2}</answer><note>ok</note>') == 0.0
     assert await pot.prefix(b'why <answer>{"a": 2}</answer><note>ok</note>!') == NEG_INF
+
+
+async def test_reasoning_then_tool_calls_compose():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}]
+    pot = reasoning(tools_constraint(tools, "required"), max_bytes=10)
+    call = b'<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+    assert await pot.complete(b"<think>why</think>" + call) == 0.0
+    assert await pot.complete(b"<think>why</think>no call") == NEG_INF
+    assert await pot.prefix(b'<think>why</think><tool_call>{"name": "f", "arguments": {"x": "') == NEG_INF
+    assert split_reasoning((b"<think>why</think>" + call).decode())[1] == call.decode()
