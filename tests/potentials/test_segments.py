@@ -230,3 +230,18 @@ async def test_reasoning_then_tool_calls_compose():
     assert await pot.complete(b"<think>why</think>no call") == NEG_INF
     assert await pot.prefix(b'<think>why</think><tool_call>{"name": "f", "arguments": {"x": "') == NEG_INF
     assert split_reasoning((b"<think>why</think>" + call).decode())[1] == call.decode()
+
+
+async def test_structural_tag_triggered_tags_with_free_content_and_the_older_form():
+    pot = structural_tag({"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<note", "<f="],
+        "tags": [{"type": "tag", "begin": "<note>", "content": {"type": "any_text"}, "end": "</note>"},
+                 {"type": "tag", "begin": "<f=say>", "content": {"type": "regex", "pattern": "hi|yo"},
+                  "end": "</f>"}]}})
+    assert await pot.complete(b"a <note>any </f> text</note> b <f=say>yo</f>") == 0.0
+    assert await pot.prefix(b"a <nota") == 0.0 and await pot.prefix(b"a <notex") == NEG_INF and await pot.prefix(b"<f=say>h") == 0.0
+    old = structural_tag({"type": "structural_tag", "triggers": ["<function="], "structures": [
+        {"begin": "<function=a>", "schema": {"type": "integer"}, "end": "</function>"},
+        {"begin": "<function=b>", "schema": {"type": "string"}, "end": "</function>"}]})
+    assert await old.complete(b'x<function=a>1</function><function=b>"s"</function>') == 0.0
+    assert await old.prefix(b'x<function=a>"') == NEG_INF
