@@ -1,9 +1,9 @@
 """Potentials: weights on sequences (constraints are 0/1 weights). See potentials.base.
 
 Layout: the contract (``base``), lifting to token vocabularies (``lift``), products, the LM as a
-potential (``lm``), ``predicate``, the twists' helpers (``lookahead``, ``last_step``), the shipped
+potential (``lm``), ``predicate``, ``choice``, the twists' helpers (``lookahead``, ``last_step``), the shipped
 contract checks (``testing``), and one package per constraint family: ``regex``, ``json``,
-``grammar``.
+``grammar``, ``segments`` (constraints in sequence, tool calls, reasoning).
 
 The flat modules of earlier releases (``potentials.fsm``, ``potentials.json_schema``, ...) still
 import, with a DeprecationWarning, as the very module that replaced them (``MOVED``).
@@ -23,6 +23,8 @@ _EXPORTS = {
     "Grammar": "potentials.grammar",
     "JSONSchema": "potentials.json",
     "Predicate": "potentials.predicate",
+    "Choice": "potentials.choice",
+    "Segments": "potentials.segments",
     "Product": "potentials.base",
     "Lifted": "potentials.lift",
     "LMPotential": "potentials.lm",

@@ -1,5 +1,5 @@
 """Command line: ``python -m smc generate (--prompt TEXT | --messages FILE.json) [--system TEXT]
-(--regex R | --grammar F | --json-schema F)``, ``python -m smc serve [--model NAME]
+(--regex R | --grammar F | --json-schema F | --choice S [S ...])``, ``python -m smc serve [--model NAME]
 [--backend hf|vllm] [--host H] [--port P] [--api-key KEY]`` (smc.api.server, docs/serving.md),
 and ``python -m smc batch -i IN.jsonl -o OUT.jsonl [--ray [ADDRESS]]`` (smc.api.batch,
 smc.api.batch_ray, docs/batch.md).
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from potentials import Grammar, JSONSchema, Regex
+from potentials.choice import Choice
 from samplers import SAMPLERS
 from smc.api.batch import BatchSummary, arun_job, default_model_name, open_job, resolve_factory
 from smc.api.batch_ray import run_batch_ray
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--regex", help="regular expression the output must match")
     which.add_argument("--grammar", type=Path, help="Lark grammar file the output must parse with")
     which.add_argument("--json-schema", type=Path, help="JSON Schema file the output must satisfy")
+    which.add_argument("--choice", nargs="+", metavar="S", help="the output is one of these strings")
     g.add_argument("--particles", type=int, default=None, help=f"N (default {defaults.PARTICLES})")
     g.add_argument("--max-tokens", type=int, default=None, help=f"default {defaults.MAX_TOKENS}")
     g.add_argument("--seed", type=int, default=None, help=f"default {defaults.SEED}")
@@ -180,6 +182,8 @@ def _constraint(args: argparse.Namespace):
         return Regex(check_text(args.regex, "--regex"))
     if args.grammar is not None:
         return Grammar(_read(args.grammar, "grammar"))
+    if args.choice is not None:
+        return Choice([check_text(s, "--choice") for s in args.choice])
     text = _read(args.json_schema, "JSON Schema")
     try:
         schema = json.loads(text)

@@ -8,8 +8,9 @@ exactly what will run.
 
 JSON form (``Request.from_json`` / ``to_json``): the prompt (text, chat messages or token ids),
 the constraint as one of ``{"regex": R}``, ``{"grammar": LARK}``, ``{"json_schema": SCHEMA}``,
-``{"json_object": true}`` (any JSON object), ``{"choice": [S, ...]}`` or null, and every
-JSON-valued setting. Python-only parts (a ``Predicate`` or any other potential object, a
+``{"json_object": true}`` (any JSON object), ``{"choice": [S, ...]}``, ``{"segments": [...]}``,
+``{"structural_tag": {...}}``, ``{"tools": {...}}``, ``{"reasoning": {...}}`` (see
+``CONSTRAINT_KINDS`` and potentials.segments.forms) or null, and every JSON-valued setting. Python-only parts (a ``Predicate`` or any other potential object, a
 pydantic class, products, a critic) attach in Python; ``to_json`` lists them under
 ``"python_only"`` instead of writing them.
 """
@@ -20,13 +21,19 @@ import dataclasses
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from potentials import Grammar, JSONSchema, Regex
+from potentials.choice import Choice
+from potentials.segments.forms import (
+    reasoning_from_json,
+    segments_from_json,
+    structural_tag,
+    tools_from_json,
+)
 from potentials.base import BytePotential, Potential
 from samplers import SAMPLERS
 from smc.backends.prompts import Prompt, prompt_kind
@@ -48,6 +55,13 @@ CONSTRAINT_KINDS = {
     "json_schema": "a JSON Schema (an object, or its JSON text)",
     "json_object": "true: any JSON object",
     "choice": "a list of strings, one of which is the output",
+    "segments": "a list of segments in sequence: {\"text\": S}, {\"free_text\": {\"stop\": S, "
+                "\"max_bytes\": B}}, or a constraint {\"regex\"|\"grammar\"|\"json_schema\"|\"choice\": V}",
+    "structural_tag": "a structural tag (vLLM's response_format type structural_tag, either form: "
+                      "{\"structures\", \"triggers\"} or {\"format\"})",
+    "tools": "{\"tools\": OpenAI tools, \"tool_choice\": \"auto\"|\"required\"|\"none\"|{...}, "
+             "\"parallel_tool_calls\": bool}: free text with <tool_call> calls",
+    "reasoning": "{\"answer\": a constraint or null, \"max_bytes\": B}: <think>...</think> then the answer",
 }
 
 
@@ -111,9 +125,17 @@ def constraint_from_json(spec: Any) -> Potential | None:
         if value is not True:
             raise InvalidArgument(f"constraint json_object must be true, got {value!r}")
         return JSONSchema({"type": "object"})
+    if kind == "segments":
+        return segments_from_json(value)
+    if kind == "structural_tag":
+        return structural_tag(value)
+    if kind == "tools":
+        return tools_from_json(value)
+    if kind == "reasoning":
+        return reasoning_from_json(value)
     if not isinstance(value, list) or not value or not all(isinstance(s, str) for s in value):
         raise InvalidArgument("constraint choice must be a non-empty list of strings")
-    return Regex("|".join(re.escape(s) for s in value))
+    return Choice(value)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,14 @@ def test_json_output_regex(toy_lm, capsys):
     assert abs(sum(data["posterior"].values()) - 1) < 1e-9
 
 
+def test_choice_flag(toy_lm, capsys):
+    code = cli.main(["generate", "--prompt", "", "--choice", "12", "21-", "1", "--particles", "4",
+                     "--max-tokens", "4", "--seed", "0", "--json", "--quiet"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["posterior"]
+    assert set(data["posterior"]) <= {"12", "21-", "1"}
+
+
 @pytest.mark.parametrize("method", ["beam", "top_k", "steer"])
 def test_json_output_search_methods(toy_lm, capsys, method):
     argv = ["generate", "--prompt", "", "--regex", r"[12]{2}-[12]", "--particles", "3",

@@ -57,6 +57,18 @@ def test_a_request_is_frozen_and_replace_validates_again():
     (dict(constraint={"xml": "a"}), ValueError, "unknown constraint kind 'xml'"),
     (dict(constraint={"choice": []}), ValueError, "non-empty list of strings"),
     (dict(constraint={"json_schema": "{not json"}), ValueError, "not valid JSON"),
+    (dict(constraint={"segments": []}), ValueError, "non-empty list"),
+    (dict(constraint={"segments": [{"free_text": {}}, {"text": "x"}]}), ValueError, "without a stop"),
+    (dict(constraint={"segments": [{"xml": 1}]}), ValueError, "unknown key 'xml'"),
+    (dict(constraint={"structural_tag": {"format": {"type": "or"}}}), ValueError, "format.type must be one of"),
+    (dict(constraint={"structural_tag": {"structures": [{"begin": "<f>", "end": "</f>"}],
+                                         "triggers": ["<g"]}}), ValueError, "starts with none of the triggers"),
+    (dict(constraint={"tools": {"tools": [], "tool_choice": "auto"}}), ValueError, "tools must be a non-empty list"),
+    (dict(constraint={"tools": {"tools": [{"type": "function", "function": {"name": "f"}}],
+                                "tool_choice": {"type": "function", "function": {"name": "g"}}}}),
+     ValueError, "not among the tools"),
+    (dict(constraint={"reasoning": {"max_bytes": -1}}), ValueError, "max_bytes must be an int >= 0"),
+    (dict(constraint={"reasoning": {"answer": {"regex": "("}}}), ValueError, "reasoning.answer.regex"),
 ])
 def test_each_bad_field_is_one_clear_error_of_the_library(fields, exc, msg):
     with pytest.raises(exc, match=None) as info:
@@ -68,7 +80,7 @@ def test_each_bad_field_is_one_clear_error_of_the_library(fields, exc, msg):
 def test_json_round_trip_with_every_constraint_kind():
     for spec in [{"regex": "[0-9]{3}"}, {"grammar": 'start: "a" | "b"'},
                  {"json_schema": {"type": "object", "properties": {"a": {"type": "integer"}}}},
-                 {"json_object": True}, {"choice": ["yes", "no", "a.b"]}, None]:
+                 {"json_object": True}, {"choice": ["yes", "no", "a.b"]}, *NEW_KINDS, None]:
         r = Request.from_json({"prompt": "hi", "constraint": spec, "particles": 8, "seed": 3,
                                "sampler_options": {"max_checks": 5}})
         out = r.to_json()
@@ -76,6 +88,49 @@ def test_json_round_trip_with_every_constraint_kind():
         again = Request.from_json(json.dumps(out))
         assert again.to_json() == out
         assert set(out) == set(JSON_FIELDS)
+
+
+TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"], "additionalProperties": False}}},
+         {"type": "function", "function": {"name": "echo", "parameters": {
+             "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}]
+#: one example of each constraint kind built by potentials.segments.forms
+NEW_KINDS = [
+    {"segments": [{"free_text": {"stop": "<answer>", "max_bytes": 40}},
+                  {"json_schema": {"type": "integer"}}, {"text": "</answer>"}]},
+    {"structural_tag": {"type": "structural_tag", "triggers": ["<function="],
+                        "structures": [{"begin": "<function=add>", "schema": TOOLS[0]["function"]["parameters"],
+                                        "end": "</function>"}]}},
+    {"structural_tag": {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<function="], "at_least_one": True, "stop_after_first": True,
+        "tags": [{"type": "tag", "begin": "<function=add>", "end": "</function>",
+                  "content": {"type": "json_schema", "json_schema": TOOLS[0]["function"]["parameters"]}}]}}},
+    {"tools": {"tools": TOOLS, "tool_choice": "required"}},
+    {"reasoning": {"answer": {"choice": ["yes", "no"]}, "max_bytes": 20}},
+]
+
+
+async def test_new_constraint_kinds_mean_what_they_say():
+    cases = [  # (text, accepted as a whole, a viable prefix)
+        [(b"x y<answer>12</answer>", True, True), (b"x<answer>1a", False, False),
+         (b"x" * 41, False, False), (b"x" * 40 + b"<ans", False, True)],
+        [(b'hi <function=add>{"a": 1, "b": 2}</function> bye', True, True),
+         (b"hi <function=mul", False, False), (b"hi", True, True)],
+        [(b'hi <function=add>{"a": 1, "b": 2}</function>', True, True),
+         (b'hi <function=add>{"a": 1, "b": 2}</function> bye', False, False), (b"hi", False, True)],
+        [(b'<tool_call>{"name": "echo", "arguments": {"text": "a"}}</tool_call>', True, True),
+         (b'<tool_call>{"name": "add", "arguments": {"text"', False, False),
+         (b'<tool_call>{"name": "mul', False, False), (b"no call", False, True)],
+        [(b"<think>hmm</think>yes", True, True), (b"<think>" + b"h" * 21, False, False),
+         (b"<think>hmm</think>maybe", False, False), (b"<think>hmm</think>n", False, True)],
+    ]
+    for spec, texts in zip(NEW_KINDS, cases):
+        pot = constraint_from_json(spec)
+        for text, whole, viable in texts:
+            assert (await pot.complete(text) == 0.0) == whole, (spec, text)
+            assert (await pot.prefix(text) == 0.0) == viable, (spec, text)
+    assert constraint_from_json({"tools": {"tools": TOOLS, "tool_choice": "none"}}) is None
 
 
 async def test_json_constraints_mean_what_they_say():
