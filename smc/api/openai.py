@@ -364,19 +364,19 @@ def safe_constraint(field: str, spec: dict[str, Any], limits: Limits) -> dict[st
         raise ApiError(f"{field} is {size:,} bytes of JSON, more than the limit of "
                        f"{limits.max_constraint_bytes:,}", param=field, code="constraint_too_large")
     kind, value = next(iter(spec.items()))
-    if kind == "json_schema":
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ApiError(f"invalid {field}: the schema is not valid JSON: {e}", param=field,
-                               code="invalid_constraint") from None
-            spec = {kind: value}
-        for ref in external_refs(value):
-            raise ApiError(f"invalid {field}: $ref {ref!r} points outside the schema; only local "
-                           "references ('#...') are allowed", param=field, code="invalid_constraint")
-    if kind == "grammar" and isinstance(value, str):
-        for target in grammar_imports(value):
+    if kind == "json_schema" and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ApiError(f"invalid {field}: the schema is not valid JSON: {e}", param=field,
+                           code="invalid_constraint") from None
+        spec = {kind: value}
+    # anywhere in the spec: a structural tag or segments hold schemas and grammars of their own
+    for ref in external_refs(spec):
+        raise ApiError(f"invalid {field}: $ref {ref!r} points outside the schema; only local "
+                       "references ('#...') are allowed", param=field, code="invalid_constraint")
+    for grammar in grammars_in(spec):
+        for target in grammar_imports(grammar):
             raise ApiError(f"invalid {field}: %import {target} would read a grammar file; only "
                            "Lark's own 'common' grammar may be imported", param=field,
                            code="invalid_constraint")
@@ -429,11 +429,13 @@ def _response_format(fmt: Any) -> dict[str, Any] | None:
     if not isinstance(fmt, dict) or "type" not in fmt:
         raise ApiError("response_format must be an object with a type", param="response_format")
     kind = fmt["type"]
+    if kind == "structural_tag":  # both of vLLM's forms; potentials.segments.forms checks the keys
+        return {"structural_tag": fmt}
     keys = {"text": {"type"}, "json_object": {"type"}, "json_schema": {"type", "json_schema"}}
     if kind not in keys:
         raise ApiError(f"response_format type {kind!r} is not supported; use json_schema, "
-                       "json_object or text (or structured_outputs: json, regex, choice, grammar)",
-                       param="response_format", code="unsupported_response_format")
+                       "json_object, structural_tag or text (or structured_outputs: json, regex, "
+                       "choice, grammar)", param="response_format", code="unsupported_response_format")
     extra = sorted(set(fmt) - keys[kind])
     if extra:
         raise ApiError(f"response_format has unknown key {extra[0]!r}", param="response_format")
@@ -488,6 +490,22 @@ def external_refs(schema: Any) -> Iterator[str]:
             for key, value in node.items():
                 if key in _REF_KEYS and (not isinstance(value, str) or not value.startswith("#")):
                     yield str(value)
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def grammars_in(spec: Any) -> Iterator[str]:
+    """Every Lark grammar text of a constraint's JSON form: the string value of any "grammar"
+    key, at any depth (a grammar constraint, or one inside a structural tag or segments)."""
+    stack = [spec]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "grammar" and isinstance(value, str):
+                    yield value
                 elif isinstance(value, (dict, list)):
                     stack.append(value)
         elif isinstance(node, list):

@@ -109,6 +109,31 @@ def test_every_structured_output_form(client, body, check):
     check(r.json()["choices"][0]["message"]["content"])
 
 
+def test_structural_tag_in_both_of_vllms_forms(client):
+    """response_format structural_tag: the older structures + triggers form and the current
+    format form constrain the whole output the same way."""
+    older = {"type": "structural_tag", "structures": [{"begin": "a", "schema": {"type": "boolean"}, "end": "1"}],
+             "triggers": ["a"]}
+    current = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "a"}, {"type": "regex", "pattern": "[12]{2}"}]}}
+    r = chat(client, particles=8, max_tokens=16, response_format=current)
+    assert r.status_code == 200, r.text
+    assert re.fullmatch("a[12]{2}", r.json()["choices"][0]["message"]["content"])
+    r = chat(client, particles=8, max_tokens=16, response_format=older)
+    assert r.status_code in (200, 422), r.text  # 422: no finished sample within the budget
+    if r.status_code == 200:
+        assert re.fullmatch(r"(.*a(true|false)1)*.*", r.json()["choices"][0]["message"]["content"], re.S)
+
+
+def test_a_structural_tag_reads_no_file(client):
+    """The grammar and schema checks apply inside a structural tag too."""
+    imports = {"type": "structural_tag", "format": {"type": "grammar", "grammar": 'start: X\n%import mylib.X'}}
+    assert "%import mylib.X" in error_of(chat(client, response_format=imports), 400)["message"]
+    ref = {"type": "structural_tag", "format": {"type": "json_schema",
+                                                "json_schema": {"$ref": "https://example.com/s.json"}}}
+    assert "points outside the schema" in error_of(chat(client, response_format=ref), 400)["message"]
+
+
 def test_text_response_format_is_unconstrained(client):
     r = chat(client, response_format={"type": "text"})
     assert r.status_code == 200 and isinstance(r.json()["choices"][0]["message"]["content"], str)
