@@ -14,7 +14,7 @@ import inspect
 import weakref
 from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar, Union
 
-from smc.backends.base import NextTokenDists, next_token_dists
+from smc.backends.base import LMBackend, NextTokenDists, next_token_dists
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -103,7 +103,7 @@ class GatheredLM:
     #: shared by all particles, never copied or pickled with one (like any backend)
     shared_by_particles = True
 
-    def __init__(self, lm: Any, max_calls: int = 64, *, weak: bool = False):
+    def __init__(self, lm: LMBackend, max_calls: int = 64, *, weak: bool = False):
         # a cached view (``gathered``) refers to its backend weakly: the cache, keyed weakly by
         # the backend, must not keep it alive through its own value
         self.ref = weakref.ref(lm) if weak else (lambda: lm)
@@ -170,7 +170,7 @@ class GatheredLM:
 _GATHERED: "weakref.WeakKeyDictionary[Any, dict[int, GatheredLM]]" = weakref.WeakKeyDictionary()
 
 
-def gathered(lm: Any, max_calls: int = 64) -> GatheredLM:
+def gathered(lm: LMBackend, max_calls: int = 64) -> GatheredLM:
     """The ``GatheredLM`` view of ``lm`` (one per backend and ``max_calls``, reused), so that
     what is cached per LM object (vocabulary tables, masks) is built once for every batch run
     on that backend, not once per run."""
