@@ -17,6 +17,11 @@ before the step has an odd number of unescaped quotes) or *outside*. Per run we 
 
     python benchmarks/bench_lineages.py [--task ada] [--particles 10] [--seeds 0,1,2]
         [--critic none|budget[=RATE[:PER_BYTE]]] [--islands 1] [--jsonl FILE] [--verbose]
+    python benchmarks/bench_lineages.py --summarize FILE...   (saved records; benchmarks/data/)
+
+``--summarize`` also reads AWRS's own noise off the records (``sibling_noise``): particles that
+step from one context in one step have equal exact local masses, so their weights differ only by
+the sampler's randomness.
 """
 
 from __future__ import annotations
@@ -162,6 +167,40 @@ def summarize_run(result, lm, info: dict) -> dict:
     )
 
 
+def sibling_noise(records: list[dict]) -> dict:
+    """AWRS's own noise, read off the runs: where two or more particles step from the same context
+    in the same step (siblings after a resampling, or the first step), their exact local masses
+    are equal, so any difference between their incremental log weights is the sampler's. Returns
+    the number of such groups, how many differ, the mean sd among those, the largest spread."""
+    groups = noisy = 0
+    sds, spreads = [], [0.0]
+    for rec in records:
+        n = rec["N"]
+        toks: list[tuple[int, ...]] = [() for _ in range(n)]
+        start = [0.0] * n
+        for h in rec["raw"]:
+            lw = np.array(h["lw"], dtype=float)
+            by_ctx: dict[tuple[int, ...], list[float]] = {}
+            for i in range(n):
+                if h["active"][i] and math.isfinite(start[i]) and math.isfinite(lw[i]):
+                    by_ctx.setdefault(toks[i], []).append(float(lw[i] - start[i]))
+                toks[i] = toks[i] + tuple(h["tokens"][i])
+            for incs in by_ctx.values():
+                if len(incs) >= 2:
+                    groups += 1
+                    spreads.append(max(incs) - min(incs))
+                    if spreads[-1] > 1e-9:
+                        noisy += 1
+                        sds.append(float(np.std(incs)))
+            if h["ancestors"] is not None:
+                mean = float(np.logaddexp.reduce(lw) - math.log(n))
+                toks, start = [toks[a] for a in h["ancestors"]], [mean] * n
+            else:
+                start = [float(x) for x in lw]
+    return dict(groups=groups, differing=noisy, mean_sd=float(np.mean(sds)) if sds else 0.0,
+                max_spread=max(spreads))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="ada")
@@ -174,7 +213,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--jsonl", help="append one record per run")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--summarize", nargs="+", metavar="FILE",
+                    help="only print log Ẑ per run and the sibling noise of saved records")
     args = ap.parse_args(argv)
+    if args.summarize:
+        for path in args.summarize:
+            path = path if Path(path).exists() else str(ROOT / "benchmarks" / "data" / path)
+            recs = [json.loads(line) for line in open(path)]
+            print(path)
+            for r in recs:
+                print(f"  N={r['N']} seed {r['seed']} critic {r['critic']}: log Ẑ {r['log_ml']:.1f}  "
+                      f"accuracy {r['accuracy']:.2f}  best {r['best'][:70]!r}")
+            print("  sibling noise:", sibling_noise(recs))
+        return
 
     import smc
     from potentials import JSONSchema
