@@ -7,6 +7,12 @@ times and report log Z(x), the mean and sd of log w, the share of draws with log
 log mean w (which should be near log Z(x)), grouped by where the context ends (inside a key,
 inside a string value, outside strings: bench_lineages.where).
 
+Read the result with its caveat: the direct sampler's full evaluation caches the state's mask,
+and AWRS takes its exact known-support step wherever a small mask is cached, so these draws
+measure AWRS at states already visited (as every later particle of a run meets them). AWRS's
+noise at a state's first visit is read off the runs instead (``bench_lineages.py --summarize``:
+sibling particles stepping from one context in one step).
+
     python benchmarks/bench_awrs_variance.py RECORDS.jsonl [--seed 0] [--contexts 8] [--reps 40]
 """
 
