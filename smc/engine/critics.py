@@ -9,7 +9,7 @@ end (EOS) within the tokens it has left, which the per-step weights ignore until
 
 ``BudgetCritic``:
 
-    psi(x) = -rate * m(x) / max(r(x), 1)
+    psi(x) = -m(x) * (per_byte + rate / max(r(x), 1))
 
     m(x) = the length of an accepted completion of x: the shortest one when a breadth-first
            search over the constraint's byte states finds it within a few expansions, else
@@ -22,9 +22,20 @@ end (EOS) within the tokens it has left, which the per-step weights ignore until
 When the search finds no completion within ``max_nodes`` states (an object open to any further
 key, say, where it writes ever new keys before the required one), m(x) = 0: no twist.
 
-It is 0 for a particle that could stop now, small while the budget is ample, and grows as the
-budget runs out for particles that still have much to write (inside a runaway string, far from
-the last required key), so resampling keeps the ones that will finish.
+The ``rate`` term is 0 for a particle that could stop now, small while the budget is ample, and
+grows as the budget runs out for particles that still have much to write (inside a runaway
+string, far from the last required key), so resampling keeps the ones that will finish.
+
+The ``per_byte`` term prices what a particle has still to write whatever the budget. Its
+reason is unequal progress (docs/quality.md, "Why runaways win resampling"): the weight of a
+particle is the product of the local masses it has paid so far, and the structure the model is
+reluctant to write (a required key it would name otherwise, the EOS after the closing brace)
+costs every particle the same nats *when it gets there*. A particle behind in the document
+(still writing its first string value, where every token is allowed) has not paid them yet,
+so without the twist it outweighs the particles ahead of it and wins resampling. With the
+twist psi ~ log E[future local masses | x] ~ -per_byte * m(x) the particles are compared on an
+estimate of their final weight instead of their weight so far; ``per_byte`` is the mean cost
+in nats of one byte of remaining structure (measured on the Ada task: docs/quality.md).
 """
 
 from __future__ import annotations
@@ -48,10 +59,12 @@ COMPLETION_BYTES = tuple(
 
 
 class BudgetCritic:
-    """The critic psi(x) = -rate * m(x) / max(r(x), 1) of the module docstring.
+    """The critic psi(x) = -m(x) * (per_byte + rate / max(r(x), 1)) of the module docstring.
 
     Args:
         rate: nats of twist per byte still to write per token left (>= 0).
+        per_byte: nats of twist per byte still to write (>= 0; 0, the default, leaves the
+            budget term alone).
         max_nodes: states expanded per completion search; past it the search stops with
             m(x) = 0 (no twist), so a slow search costs a bounded time.
         cache_size: completion lengths remembered, keyed by the constraint's ``completion_key``.
@@ -60,12 +73,14 @@ class BudgetCritic:
     byte-level constraint; for other particles, or without a constraint, it returns 0 (no twist).
     """
 
-    def __init__(self, rate: float = 1.0, max_nodes: int = 400, cache_size: int = 4096):
-        if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate >= 0):
-            raise ValueError(f"rate must be a finite number >= 0, got {rate!r}")
+    def __init__(self, rate: float = 1.0, max_nodes: int = 400, cache_size: int = 4096, per_byte: float = 0.0):
+        for name, value in (("rate", rate), ("per_byte", per_byte)):
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not (isinstance(max_nodes, int) and max_nodes >= 1):
             raise ValueError(f"max_nodes must be an integer >= 1, got {max_nodes!r}")
         self.rate, self.max_nodes, self.cache_size = float(rate), max_nodes, cache_size
+        self.per_byte = float(per_byte)
         self._cache: OrderedDict[Any, int] = OrderedDict()
         self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0}
 
@@ -153,7 +168,7 @@ class BudgetCritic:
     async def __call__(self, particle: Any) -> float:
         sampler = getattr(particle, "sampler", None)
         potential = getattr(sampler, "potential", None)
-        if not isinstance(potential, Lifted) or self.rate == 0.0:
+        if not isinstance(potential, Lifted) or (self.rate == 0.0 and self.per_byte == 0.0):
             return 0.0
         tokens = tuple(particle.token_ids())
         state = potential.state(tokens)
@@ -161,7 +176,7 @@ class BudgetCritic:
             return 0.0
         left = max(int(particle.max_tokens) - len(tokens), 1)
         m = await self.completion_bytes(potential.potential, state)
-        return -self.rate * m / left
+        return -m * (self.per_byte + self.rate / left)
 
 
 def _unseen_child(potential: Any, state: Any, byte: int, seen: set) -> tuple[Any, Any] | None:
