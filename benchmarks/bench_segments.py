@@ -1,6 +1,6 @@
 """Think-then-JSON and tool calls on the embedded model: SMC at the defaults against masking.
 
-Two task families with gold answers (issue 33):
+Two task families with gold answers:
 
     think_json   "What is A + B?": <think> reasoning (at most 60 bytes) </think>, then a JSON
                  object {"answer": <integer>} (potentials.segments.forms.reasoning); correct
