@@ -3,16 +3,17 @@
 A Request holds the prompt, the constraint and every setting of a run; it is checked once,
 where it is built, and never again. ``smc.generate``, the CLI, checkpoints, the HTTP server and
 the batch runner all build and read this one value. Defaults come from ``smc.core.defaults``
-and are resolved when the Request is built (``islands``, ``lookahead``), so a Request says
+and are resolved when the Request is built (``RESOLVED``: islands, lookahead, n_beam,
+max_expansions), so a Request says
 exactly what will run.
 
 JSON form (``Request.from_json`` / ``to_json``): the prompt (text, chat messages or token ids),
 the constraint as one of ``{"regex": R}``, ``{"grammar": LARK}``, ``{"json_schema": SCHEMA}``,
 ``{"json_object": true}`` (any JSON object), ``{"choice": [S, ...]}``, ``{"segments": [...]}``,
 ``{"structural_tag": {...}}``, ``{"tools": {...}}``, ``{"reasoning": {...}}`` (see
-``CONSTRAINT_KINDS`` and potentials.segments.forms) or null, and every JSON-valued setting. Python-only parts (a ``Predicate`` or any other potential object, a
-pydantic class, products, a critic) attach in Python; ``to_json`` lists them under
-``"python_only"`` instead of writing them.
+``CONSTRAINT_KINDS`` and potentials.segments.forms) or null, and every JSON-valued setting.
+Python-only parts (a ``Predicate`` or any other potential object, a pydantic class, products, a
+critic) attach in Python; ``to_json`` lists them under ``"python_only"`` instead of writing them.
 """
 
 from __future__ import annotations
