@@ -49,6 +49,7 @@ Backends know nothing of potentials or SMC.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -166,6 +167,42 @@ def check_backend_kwargs(kwargs: dict[str, Any], accepted: set[str] | frozenset[
                 raise InvalidArgument(f"{key} must be an integer >= {low}, got {v!r}")
     if kwargs.get("kv_cache") not in (None, True, False):
         raise InvalidArgument(f"kv_cache must be True, False or None, got {kwargs['kv_cache']!r}")
+
+
+class BackendView:
+    """A view of a backend: the members a subclass defines, and the backend's own for every
+    other name (vocabulary, ``encode``, ``encode_chat``, ``max_context``, ``stats``, ...).
+
+    ``weak=True`` refers to the backend weakly: a cache of views keyed weakly by the backend
+    must not keep the backend alive through its own values. A view is shared by all particles,
+    like the backend it views.
+    """
+
+    #: shared by all particles, never copied or pickled with one (like any backend)
+    shared_by_particles = True
+
+    def __init__(self, lm: LMBackend, *, weak: bool = False):
+        self.ref = weakref.ref(lm) if weak else (lambda: lm)
+        self.vocab = lm.vocab
+        self.eos_token_ids = lm.eos_token_ids
+
+    @property
+    def inner(self) -> LMBackend:
+        """The backend viewed (RuntimeError once it is gone)."""
+        lm = self.ref()
+        if lm is None:
+            raise RuntimeError(f"the backend of this {type(self).__name__} no longer exists")
+        return lm
+
+    def __getattr__(self, name: str) -> Any:
+        # only called for names not found on the view; "ref" missing means a half-built
+        # object (e.g. during copying), which must not recurse
+        if name == "ref":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
 
 
 class AsyncLM(ABC):

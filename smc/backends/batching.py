@@ -14,7 +14,7 @@ import inspect
 import weakref
 from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar, Union
 
-from smc.backends.base import LMBackend, NextTokenDists, next_token_dists
+from smc.backends.base import BackendView, LMBackend, NextTokenDists, next_token_dists
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -86,7 +86,7 @@ class AutoBatcher(Generic[T, R]):
                     fut.set_result(result)
 
 
-class GatheredLM:
+class GatheredLM(BackendView):
     """A view of ``lm`` whose population calls from concurrent tasks share forward passes.
 
     ``await view.batch_next_token_dists(batch)`` from several tasks of one event loop (e.g.
@@ -100,34 +100,9 @@ class GatheredLM:
     layer above for the lifetime of a batch; like a backend it is shared by particles.
     """
 
-    #: shared by all particles, never copied or pickled with one (like any backend)
-    shared_by_particles = True
-
     def __init__(self, lm: LMBackend, max_calls: int = 64, *, weak: bool = False):
-        # a cached view (``gathered``) refers to its backend weakly: the cache, keyed weakly by
-        # the backend, must not keep it alive through its own value
-        self.ref = weakref.ref(lm) if weak else (lambda: lm)
-        self.vocab = lm.vocab
-        self.eos_token_ids = lm.eos_token_ids
+        super().__init__(lm, weak=weak)
         self._gather: AutoBatcher[list[tuple[int, ...]], Any] = AutoBatcher(self._run, max_calls)
-
-    @property
-    def inner(self) -> Any:
-        """The backend viewed (RuntimeError once it is gone)."""
-        lm = self.ref()
-        if lm is None:
-            raise RuntimeError("the backend of this gathered view no longer exists")
-        return lm
-
-    def __getattr__(self, name: str) -> Any:
-        # only called for names not found on the view; "ref" missing means a half-built
-        # object (e.g. during copying), which must not recurse
-        if name == "ref":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def encode(self, text: str) -> list[int]:
-        return self.inner.encode(text)
 
     async def next_token_logprobs(self, ids: Sequence[int]) -> Any:
         return await self.inner.next_token_logprobs(ids)

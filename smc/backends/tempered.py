@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
-from smc.backends.base import LMBackend, NextTokenDists, dists_from_logprobs, next_token_dists
+from smc.backends.base import BackendView, LMBackend, NextTokenDists, dists_from_logprobs, next_token_dists
 from smc.core import defaults
 from smc.core.counters import register
 
@@ -68,41 +68,16 @@ def temper(logp: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor
     return x
 
 
-class TemperedLM:
+class TemperedLM(BackendView):
     """The view q of ``lm`` at temperature T and nucleus mass P (module docstring).
 
     Every member the view does not define is the backend's own (vocabulary, ``encode``,
     ``encode_chat``, ``max_context``, ``special_token_ids``, ``stats``, ``clear_cache``, ...).
     """
 
-    #: shared by all particles, never copied or pickled with one (like any backend)
-    shared_by_particles = True
-
     def __init__(self, lm: LMBackend, temperature: float, top_p: float, *, weak: bool = False):
-        # a cached view refers to its backend weakly: the cache (keyed weakly by the backend)
-        # must not keep the backend alive through its own value
-        self.ref = weakref.ref(lm) if weak else (lambda: lm)
+        super().__init__(lm, weak=weak)
         self.temperature, self.top_p = check_sampling(temperature, top_p)
-        self.vocab = lm.vocab
-        self.eos_token_ids = lm.eos_token_ids
-
-    @property
-    def inner(self) -> LMBackend:
-        """The backend viewed (RuntimeError once it is gone)."""
-        lm = self.ref()
-        if lm is None:
-            raise RuntimeError("the backend of this tempered view no longer exists")
-        return lm
-
-    def __getattr__(self, name: str) -> Any:
-        # only called for names not found on the view; "ref" itself missing means a half-built
-        # object (e.g. during copying), which must not recurse
-        if name == "ref":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def encode(self, text: str) -> list[int]:
-        return self.inner.encode(text)
 
     async def next_token_logprobs(self, ids: Sequence[int]) -> torch.Tensor:
         """log q(· | ids) (1-D, logsumexp == 0)."""
