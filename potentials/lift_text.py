@@ -163,7 +163,7 @@ def raw_tries(lm: LMBackend, skip: set[int], stop: bytes) -> tuple[VocabTrie, Vo
 
 
 def begun_chars(lm: LMBackend, skip: set[int]) -> np.ndarray:
-    """Each token's ``chars_begun`` (ASCII and UTF-8 lead bytes), vectorized, once per LM."""
+    """Each token's ``chars_begun`` (ASCII and UTF-8 leading bytes), vectorized, once per LM."""
 
     def build() -> np.ndarray:
         buf, lens = flat_vocab(lm)

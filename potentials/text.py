@@ -16,7 +16,7 @@ SUR_LO, SUR_HI = 0xD800, 0xDFFF
 
 
 def utf8_lead(b: int) -> tuple[int, int, int] | None:
-    """(continuation bytes still due, allowed range of the next one) after lead byte b of a
+    """(continuation bytes still due, allowed range of the next one) after leading byte b of a
     well-formed UTF-8 sequence (Unicode's table 3-7: no overlongs, no surrogates); None when
     b starts none."""
     if 0xC2 <= b <= 0xDF:
@@ -57,7 +57,7 @@ def is_raw_text(data: bytes) -> bool:
 
 
 def chars_begun(data: bytes) -> int:
-    """How many characters the UTF-8 bytes ``data`` begin (ASCII bytes and lead bytes)."""
+    """How many characters the UTF-8 bytes ``data`` begin (ASCII bytes and leading bytes)."""
     return sum(1 for b in data if b < 0x80 or b >= 0xC0)
 
 
@@ -75,13 +75,13 @@ def is_plain_text(data: bytes) -> bool:
 
 def utf8_range(part: tuple[int, ...]) -> tuple[int, int] | None:
     """Code points whose UTF-8 encoding starts with the incomplete sequence ``part``."""
-    lead = part[0]
-    if 0xC2 <= lead <= 0xDF:
-        n, lo_cp, hi_cp, bits = 2, 0x80, 0x7FF, lead & 0x1F
-    elif 0xE0 <= lead <= 0xEF:
-        n, lo_cp, hi_cp, bits = 3, 0x800, 0xFFFF, lead & 0x0F
-    elif 0xF0 <= lead <= 0xF4:
-        n, lo_cp, hi_cp, bits = 4, 0x10000, MAXCP, lead & 0x07
+    first = part[0]
+    if 0xC2 <= first <= 0xDF:
+        n, lo_cp, hi_cp, bits = 2, 0x80, 0x7FF, first & 0x1F
+    elif 0xE0 <= first <= 0xEF:
+        n, lo_cp, hi_cp, bits = 3, 0x800, 0xFFFF, first & 0x0F
+    elif 0xF0 <= first <= 0xF4:
+        n, lo_cp, hi_cp, bits = 4, 0x10000, MAXCP, first & 0x07
     else:
         return None
     for b in part[1:]:
@@ -100,9 +100,9 @@ def utf8_range(part: tuple[int, ...]) -> tuple[int, int] | None:
     return (lo, hi) if lo <= hi else None
 
 
-def utf8_len(lead: int) -> int:
-    """Length of the UTF-8 character that ``lead`` starts (1 for stray continuation bytes)."""
-    return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+def utf8_len(first: int) -> int:
+    """Length of the UTF-8 character that ``first`` starts (1 for stray continuation bytes)."""
+    return 1 if first < 0xC0 else 2 if first < 0xE0 else 3 if first < 0xF0 else 4
 
 
 def split_utf8(data: bytes) -> tuple[str, bytes] | None:

@@ -64,7 +64,7 @@ _ARR_NEXT = {A_OPEN: WS | _VALUE | frozenset(b"]"), A_AFTER: WS | frozenset(b",]
 _NUM_NEXT = DIGITS | frozenset(b"+-.eE") | WS | frozenset(b",]}")
 _ESC_NEXT = frozenset(SIMPLE_ESCAPES) | frozenset(b"u")
 _HEX_NEXT = frozenset(HEX)
-# inside free string text: the quote, a backslash, printable ASCII, UTF-8 lead bytes
+# inside free string text: the quote, a backslash, printable ASCII, UTF-8 leading bytes
 _FREE_NEXT = frozenset(range(0x20, 0x80)) | frozenset(range(0xC2, 0xF5))
 _QUOTE_OR_ESCAPE = frozenset(b'"\\')
 #: ASCII text whose every byte is one string character: no quote, backslash or control byte
@@ -481,10 +481,10 @@ class Machine:
                 return []
             if b < 0x80:
                 return self._emit(node, f, bytes((b,)), 1, 0, None)
-            lead = utf8_lead(b)
-            if lead is None:
+            due = utf8_lead(b)
+            if due is None:
                 return []
-            return self._emit(node, f, bytes((b,)), 1, 0, lead)
+            return self._emit(node, f, bytes((b,)), 1, 0, due)
         if esc == 1:  # after a backslash
             if b in SIMPLE_ESCAPES:
                 return self._emit(node, f, bytes((SIMPLE_ESCAPES[b],)), 1, 0, None)

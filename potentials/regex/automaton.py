@@ -694,7 +694,7 @@ class ByteDFA:
     def _prefix_classes(self, part: tuple[int, ...]) -> tuple[int, ...] | None:
         """The classes of the characters whose UTF-8 encoding begins with the bytes ``part``
         (one class when ``part`` is a whole character), None when no character does; kept
-        per prefix, since every state's lead and continuation bytes ask it again."""
+        per prefix, since every state's leading and continuation bytes ask it again."""
         got = self._leads.get(part, self)
         if got is self:
             span = utf8_range(part)
@@ -896,7 +896,7 @@ class ByteDFA:
         if sid == DEAD:
             return DEAD
         if not part and byte >= 0x80:
-            # a lead byte some character can continue with (no other high byte is): its state
+            # a leading byte some character can continue with (no other high byte is): its state
             return DEAD if self._fill_high(state, sid)[byte] == DEAD else self._bid(sid, (byte,))
         part = part + (byte,)
         if len(part) == 1:
@@ -915,7 +915,7 @@ class ByteDFA:
 
     def _fill_high(self, state: int, sid: int) -> "array":
         """Decide the bytes >= 0x80 of ``state`` (between characters) at once, the first time:
-        a continuation byte cannot start a character, and a lead byte lives iff some class of
+        a continuation byte cannot start a character, and a leading byte lives iff some class of
         the characters it begins does (each class decided once). The dead ones are written in
         the row, the live ones left to ``_compute`` (their states built only when stepped);
         returns the row. (A trie walk tries many first bytes of a new state; most are dead.)"""

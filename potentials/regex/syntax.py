@@ -103,10 +103,10 @@ def translate(pattern: str, flags: int) -> tuple[str, dict[int, tuple[tuple[int,
         return None
     v1 = False
     body = pattern
-    for lead in ("(?V1)", "(?V0)"):
-        if body.startswith(lead):
-            v1 = lead == "(?V1)"
-            body = body[len(lead):]
+    for marker in ("(?V1)", "(?V0)"):
+        if body.startswith(marker):
+            v1 = marker == "(?V1)"
+            body = body[len(marker):]
     prefix = ("(?V1)" if v1 else "(?V0)") + ("(?a)" if flags & re.ASCII else "")
     sets: dict[int, tuple[tuple[int, int], ...]] = {}
     ids: dict[str, int] = {}

@@ -495,7 +495,7 @@ def test_one_automaton_built_from_several_threads_and_pickled():
 
 @pytest.mark.parametrize("pattern", [r"[0-9]+", r"\w+", r"[^a]*é", r"(?s:.*)(?:[\u0400-\u04ff]{2})(?s:.*)", r"日本|ab"])
 def test_next_bytes_are_the_live_bytes(pattern):
-    """next_bytes (lead bytes decided per character class) is exactly the bytes a step keeps
+    """next_bytes (leading bytes decided per character class) is exactly the bytes a step keeps
     alive, on automata that have not yet built those steps."""
     reference = compile_regex(pattern)
     for text in [b"", b"1", b"a", "é".encode(), "д".encode(), "日".encode()]:
@@ -509,7 +509,7 @@ def test_next_bytes_are_the_live_bytes(pattern):
 
 @pytest.mark.parametrize("pattern", [r"[\u0400-\u04ff]+", r"é|日本", r"[^\x00-\u07ff]x", r"a[α-ω]|bé", r"[\u0800-\u0fff]"])
 def test_lead_bytes_live_iff_some_character_they_begin_can_continue(pattern):
-    """A lead byte is kept iff some character it begins continues a match (decided per class
+    """A leading byte is kept iff some character it begins continues a match (decided per class
     for all high bytes at once): checked against ``regex``'s partial full match, over every
     code point of the two- and three-byte leads and a sample of the four-byte ones."""
     import regex
@@ -519,15 +519,15 @@ def test_lead_bytes_live_iff_some_character_they_begin_can_continue(pattern):
         q = dfa.walk(dfa.start, head.encode())
         if q is None:
             continue
-        for lead in range(0x80, 0x100):
-            if 0xC2 <= lead <= 0xDF:
-                cps = range(((lead & 0x1F) << 6), ((lead & 0x1F) << 6) + 64)
-            elif 0xE0 <= lead <= 0xEF:
-                cps = range((lead & 0x0F) << 12, ((lead & 0x0F) << 12) + 4096)
-            elif 0xF0 <= lead <= 0xF4:
-                cps = range((lead & 0x07) << 18, min(((lead & 0x07) << 18) + (1 << 18), 0x110000), 97)
+        for first in range(0x80, 0x100):
+            if 0xC2 <= first <= 0xDF:
+                cps = range(((first & 0x1F) << 6), ((first & 0x1F) << 6) + 64)
+            elif 0xE0 <= first <= 0xEF:
+                cps = range((first & 0x0F) << 12, ((first & 0x0F) << 12) + 4096)
+            elif 0xF0 <= first <= 0xF4:
+                cps = range((first & 0x07) << 18, min(((first & 0x07) << 18) + (1 << 18), 0x110000), 97)
             else:
                 cps = range(0)
             want = any(regex.fullmatch(pattern, head + chr(cp), partial=True) is not None
-                       for cp in cps if not 0xD800 <= cp <= 0xDFFF and chr(cp).encode()[0] == lead)
-            assert (dfa.step(q, lead) is not None) == want, (pattern, head, hex(lead))
+                       for cp in cps if not 0xD800 <= cp <= 0xDFFF and chr(cp).encode()[0] == first)
+            assert (dfa.step(q, first) is not None) == want, (pattern, head, hex(first))
