@@ -58,7 +58,9 @@ def _kind_name(kind: type | tuple) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _schema(value: Any, where: str) -> JSONSchema:
+def schema_from_json(value: Any, where: str) -> JSONSchema:
+    """The JSONSchema of a schema given as an object, a boolean or its JSON text;
+    InvalidArgument(Type) naming ``where`` otherwise."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -109,7 +111,7 @@ def structural_tag(spec: Mapping[str, Any]) -> Segments:
         where = f"structural_tag.structures[{i}]"
         if not isinstance(st, Mapping):
             raise InvalidArgumentType(f"{where} must be an object")
-        tags.append(Tag(_field(st, "begin", where), _schema(st.get("schema", True), f"{where}.schema"),
+        tags.append(Tag(_field(st, "begin", where), schema_from_json(st.get("schema", True), f"{where}.schema"),
                         _field(st, "end", where)))
     if not structures:
         raise InvalidArgument("structural_tag.structures is empty")
@@ -131,7 +133,7 @@ def _parts(fmt: Any, where: str, follower: str | None) -> list[Part | BytePotent
     if kind == "const_string":
         return [Literal(_field(fmt, "value", where))]
     if kind == "json_schema":
-        return [_schema(fmt.get("json_schema"), f"{where}.json_schema")]
+        return [schema_from_json(fmt.get("json_schema"), f"{where}.json_schema")]
     if kind == "regex":
         try:
             return [Regex(_field(fmt, "pattern", where))]
@@ -274,7 +276,7 @@ def tools_constraint(tools: Any, tool_choice: Any = "auto",
                               f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}")
     if not isinstance(parallel_tool_calls, bool):
         raise InvalidArgumentType(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
-    tags = [Tag(TOOL_CALL_BEGIN, _schema(call_schema(name, params), f"tools[{name!r}].parameters"),
+    tags = [Tag(TOOL_CALL_BEGIN, schema_from_json(call_schema(name, params), f"tools[{name!r}].parameters"),
                 TOOL_CALL_END) for name, params, _ in functions]
     return Segments([Triggered(tags, [TOOL_CALL_BEGIN], at_least_one=at_least_one,
                                stop_after_first=not parallel_tool_calls)])
@@ -364,7 +366,7 @@ def constraint_part(spec: Any, where: str) -> BytePotential:
                               f"json_schema, choice; got {spec!r}")
     kind, value = next(iter(spec.items()))
     if kind == "json_schema":
-        return _schema(value, f"{where}.json_schema")
+        return schema_from_json(value, f"{where}.json_schema")
     if kind == "choice":
         return Choice(value)
     if kind in ("regex", "grammar"):

@@ -31,6 +31,7 @@ from potentials import Grammar, JSONSchema, Regex
 from potentials.choice import Choice
 from potentials.segments.forms import (
     reasoning_from_json,
+    schema_from_json,
     segments_from_json,
     structural_tag,
     tools_from_json,
@@ -114,14 +115,7 @@ def constraint_from_json(spec: Any) -> Potential | None:
             raise InvalidArgumentType(f"constraint {kind} must be a string, got {type(value).__name__}")
         return Regex(value) if kind == "regex" else Grammar(value)
     if kind == "json_schema":
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise InvalidArgument(f"constraint json_schema is not valid JSON: {e}") from None
-        if not isinstance(value, (Mapping, bool)):
-            raise InvalidArgumentType(f"constraint json_schema must be an object, got {type(value).__name__}")
-        return JSONSchema(value)
+        return schema_from_json(value, "constraint json_schema")
     if kind == "json_object":
         if value is not True:
             raise InvalidArgument(f"constraint json_object must be true, got {value!r}")
