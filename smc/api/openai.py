@@ -336,10 +336,14 @@ def _prompt(body: Mapping[str, Any], kind: str) -> tuple[Any, bool | None]:
 
 def _message(m: Any, k: int) -> dict[str, Any]:
     """A chat message with its content parts of type "text" joined; any other part is refused
-    (the keys are checked with the prompt rule's ``check_messages``)."""
+    (the keys are checked with the prompt rule's ``check_messages``). An assistant message's
+    reasoning (an earlier answer sent back as it came) is not part of the prompt, as reasoning
+    models' own templates leave past reasoning out."""
     where = f"messages[{k}]"
     if not isinstance(m, dict):
         raise ApiError(f"{where} must be an object with role and content", param="messages")
+    if m.get("role") == "assistant":
+        m = {key: value for key, value in m.items() if key not in REASONING_NAMES}
     content = m.get("content")
     if isinstance(content, list):
         texts = []
