@@ -13,6 +13,12 @@ What a run answers. With finished samples x_i of normalized weights w̄_i the ru
 field ``"smc"`` carries log Ẑ (``log_ml``), the ESS and π̂ itself. A run with no finished
 sample (Ẑ = 0) is ``NoFinishedSample`` (status 422), never an empty or invalid answer.
 
+A chat body's ``tools``/``tool_choice``/``parallel_tool_calls`` and its reasoning switch
+(``reasoning``, or vLLM's ``chat_template_kwargs.enable_thinking``; the server's ``Reasoning``
+default otherwise) become one constraint of ``potentials.segments.forms`` (``{"tools": ...}``,
+inside ``{"reasoning": {"answer": ...}}`` when the call reasons) and the tools go into the
+prompt (``Request.tools``); the answer's message is read back by ``smc.api.assistant_message``.
+
 ``temperature: 0`` asks for argmax_x p(x) φ(x): the exact best-first search (method "top_k",
 one answer) within ``defaults.TOP1_MAX_EXPANSIONS`` expansions, else beam search of width
 ``defaults.TOP1_BEAM_WIDTH`` (a heuristic); ``smc.method`` says which answered.

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 
+from smc.api.cli import build_parser, main
 from smc.api.openai import Limits, Reasoning
 from smc.backends.prompts import tools_prompt
 from tests.smc.api.toy_server import MODEL, scripted_lm, toy_app
@@ -235,3 +236,11 @@ def test_completions_take_no_reasoning_or_tools():
         r = client.post("/v1/completions", json={"model": MODEL, "prompt": "x", key: value})
         assert error_param(r) == key
 
+
+
+def test_cli_reasoning_flags(capsys):
+    args = build_parser().parse_args(["serve", "--reasoning", "--reasoning-max-bytes", "200"])
+    assert (args.reasoning, args.reasoning_max_bytes) == (True, 200)
+    assert build_parser().parse_args(["serve"]).reasoning is False
+    assert main(["serve", "--reasoning-max-bytes", "0"]) == 2
+    assert "--reasoning-max-bytes" in capsys.readouterr().err
