@@ -37,6 +37,8 @@ from potentials.segments.potential import (
 # TOOL_CALL_BEGIN/END and tools_prompt live with the prompt rule (smc.backends.prompts), which
 # states the tools to a model whose chat template has no tool section, such as SmolLM2's
 THINK_BEGIN, THINK_END = "<think>", "</think>"
+#: whitespace a required tool call may follow (a model often opens with a line break)
+LEADING_SPACE = r"[ \t\n]{0,8}"
 
 #: the format types of the current structural tag form that ``structural_tag`` reads
 FORMAT_TYPES = ("const_string", "json_schema", "regex", "grammar", "choice", "any_text",
@@ -229,9 +231,10 @@ def tools_constraint(tools: Any, tool_choice: Any = "auto",
     written: each tool's call is a configuration of its own, and writing the name kills the
     others).
 
-    tool_choice: "auto" (zero or more calls), "required" (at least one), "none" (None: no
-    constraint from the tools), or {"type": "function", "function": {"name": N}} (at least one
-    call, each to N). ``parallel_tool_calls=False``: the output ends with the first call.
+    tool_choice: "auto" (zero or more calls), "required" (the output opens with a call, after
+    optional whitespace), "none" (None: no constraint from the tools), or {"type": "function",
+    "function": {"name": N}} (as "required", each call to N). ``parallel_tool_calls=False``: the
+    output ends with the first call; otherwise free text with further calls may follow it.
     """
     functions = tool_functions(tools)
     if tool_choice is None:
@@ -253,10 +256,19 @@ def tools_constraint(tools: Any, tool_choice: Any = "auto",
                               f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}")
     if not isinstance(parallel_tool_calls, bool):
         raise InvalidArgumentType(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
-    tags = [Tag(TOOL_CALL_BEGIN, schema_from_json(call_schema(name, params), f"tools[{name!r}].parameters"),
-                TOOL_CALL_END) for name, params, _ in functions]
-    return Segments([Triggered(tags, [TOOL_CALL_BEGIN], at_least_one=at_least_one,
-                               stop_after_first=not parallel_tool_calls)])
+    schemas = [call_schema(name, params) for name, params, _ in functions]
+    tags = [Tag(TOOL_CALL_BEGIN, schema_from_json(schema, f"tools[{name!r}].parameters"), TOOL_CALL_END)
+            for schema, (name, _, _) in zip(schemas, functions)]
+    if not at_least_one:
+        return Segments([Triggered(tags, [TOOL_CALL_BEGIN], stop_after_first=not parallel_tool_calls)])
+    # A required call opens the output (after optional whitespace), as OpenAI's "required" answers
+    # calls rather than text: free text before the first call would let a model that never writes
+    # the tag (a small one) spend the whole budget before it.
+    first = schema_from_json(schemas[0] if len(schemas) == 1 else {"anyOf": schemas}, "tools")
+    parts: list[Part | BytePotential | str] = [Regex(LEADING_SPACE), TOOL_CALL_BEGIN, first, TOOL_CALL_END]
+    if parallel_tool_calls:
+        parts.append(Triggered(tags, [TOOL_CALL_BEGIN]))
+    return Segments(parts)
 
 
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
