@@ -1,7 +1,7 @@
 """Think-then-JSON and tool calls on the embedded model: SMC at the defaults against masking.
 
 Two task families with exact gold answers, 30 tasks each, built from a fixed seed (TASK_SEED)
-and written out below; the task set was fixed before any per-method result was looked at.
+and written out below; the task set was fixed before any per-method result was looked at (benchmarks/RESULTS.md).
 
     think_json   a question whose answer is a small integer (10 copied from the question,
                  10 single-digit sums "What is A + B?", 10 common facts such as the days in a
@@ -18,8 +18,8 @@ and written out below; the task set was fixed before any per-method result was l
                           the tools' call objects (forms.call_schema) -- the default;
                    free   tools_constraint(tools, "required", parallel_tool_calls=False): free
                           text, then the first call ends the output. The embedded model never
-                          writes <tool_call> by itself (0 of 32 plain samples on 4 tasks), so
-                          under this form neither method finished a call in 128 tokens.
+                          writes <tool_call> by itself, so under this form neither method
+                          finished a call in 128 tokens on the first 2 tasks.
 
 For each task and method one run (smc.generate, seed s) gives a posterior over finished texts
 (masking: uniform over its finished particles, its weights being improper); we record
@@ -32,8 +32,9 @@ d_i = accuracy_i(awrs) - accuracy_i(masking), each with a 95% bootstrap interval
 (scipy.stats.bootstrap, percentile; resampling tasks keeps each task's pair together).
 
     python benchmarks/bench_segments.py [--tasks think_json,tool_call] [--limit K]
-        [--particles N] [--max-tokens T] [--methods awrs,masking] [--jsonl FILE]
-    python benchmarks/bench_segments.py --summarize benchmarks/data/segments_runs.jsonl
+        [--particles N] [--max-tokens T] [--methods awrs,masking] [--tool-form call|free]
+        [--jsonl FILE]       # with an existing FILE, the (task, method) pairs in it are skipped
+    python benchmarks/bench_segments.py --summarize benchmarks/data/segments_30.jsonl
     python benchmarks/bench_segments.py --lengths      # gold outputs' token counts
 """
 
