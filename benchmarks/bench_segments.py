@@ -13,13 +13,9 @@ and written out below; the task set was fixed before any per-method result was l
                  convert_currency) whose arguments appear literally in the request; tools stated
                  in the system message (forms.tools_prompt); correct iff the first parsed call
                  (forms.parse_tool_calls) has the gold name and arguments; name_ok iff the name
-                 is right. Constraint (--tool-form):
-                   call   the output is one call: <tool_call> JSON </tool_call>, the JSON one of
-                          the tools' call objects (forms.call_schema) -- the default;
-                   free   tools_constraint(tools, "required", parallel_tool_calls=False): free
-                          text, then the first call ends the output. The embedded model never
-                          writes <tool_call> by itself, so under this form neither method
-                          finished a call in 128 tokens on the first 2 tasks.
+                 is right. Constraint: tools_constraint(tools, "required",
+                 parallel_tool_calls=False), the output one call <tool_call> JSON </tool_call>
+                 (after at most 8 bytes of whitespace), the JSON one of the tools' call objects.
 
 For each task and method one run (smc.generate, seed s) gives a posterior over finished texts
 (masking: uniform over its finished particles, its weights being improper); we record
@@ -32,7 +28,7 @@ d_i = accuracy_i(awrs) - accuracy_i(masking), each with a 95% bootstrap interval
 (scipy.stats.bootstrap, percentile; resampling tasks keeps each task's pair together).
 
     python benchmarks/bench_segments.py [--tasks think_json,tool_call] [--limit K]
-        [--particles N] [--max-tokens T] [--methods awrs,masking] [--tool-form call|free]
+        [--particles N] [--max-tokens T] [--methods awrs,masking]
         [--jsonl FILE]       # with an existing FILE, the (task, method) pairs in it are skipped
     python benchmarks/bench_segments.py --summarize benchmarks/data/segments_30.jsonl
     python benchmarks/bench_segments.py --lengths      # gold outputs' token counts
@@ -57,11 +53,7 @@ sys.path.insert(0, str(ROOT))
 import smc  # noqa: E402
 from smc.core.defaults import PARTICLES  # noqa: E402
 from potentials import JSONSchema  # noqa: E402
-from potentials.segments import Segments  # noqa: E402
 from potentials.segments.forms import (  # noqa: E402
-    TOOL_CALL_BEGIN,
-    TOOL_CALL_END,
-    call_schema,
     parse_tool_calls,
     reasoning,
     split_reasoning,
@@ -194,18 +186,8 @@ def tool_calls(seed: int = TASK_SEED) -> list[tuple[str, str, dict[str, Any]]]:
     return distinct(call, TASKS_PER_FAMILY)
 
 
-def call_only(tools: list[dict[str, Any]]) -> Segments:
-    """One tool call and nothing else: <tool_call> {"name": N, "arguments": ARGS} </tool_call>,
-    ARGS under N's parameters schema (an anyOf over the tools' call objects)."""
-    calls = [call_schema(t["function"]["name"], t["function"]["parameters"]) for t in tools]
-    return Segments([TOOL_CALL_BEGIN, JSONSchema({"anyOf": calls}), TOOL_CALL_END])
-
-
-def tool_tasks(seed: int = TASK_SEED, form: str = "call") -> Iterator[Task]:
-    if form not in ("call", "free"):
-        raise ValueError(f"the tool-call form is 'call' or 'free', got {form!r}")
-    constraint = (call_only(TOOLS) if form == "call"
-                  else tools_constraint(TOOLS, "required", parallel_tool_calls=False))
+def tool_tasks(seed: int = TASK_SEED) -> Iterator[Task]:
+    constraint = tools_constraint(TOOLS, "required", parallel_tool_calls=False)
     for request, name, args in tool_calls(seed):
         messages = [{"role": "system", "content": TOOL_SYSTEM}, {"role": "user", "content": request}]
 
@@ -309,7 +291,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--methods", default="awrs,masking")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tool-form", choices=["call", "free"], default="call")
     ap.add_argument("--jsonl", type=Path, default=None)
     ap.add_argument("--summarize", type=Path, default=None, help="print the table of saved records")
     ap.add_argument("--lengths", action="store_true", help="print the gold outputs' token counts")
@@ -326,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
         records = [json.loads(line) for line in args.jsonl.read_text().splitlines() if line.strip()]
     done = {(r["task"], r["method"]) for r in records}
     out = args.jsonl.open("a") if args.jsonl else None
-    makers = {"think_json": think_tasks, "tool_call": lambda: tool_tasks(form=args.tool_form)}
+    makers = {"think_json": think_tasks, "tool_call": tool_tasks}
     families = [makers[fam]() for fam in args.tasks.split(",")]
     # the families in turn, so a run cut short holds the first tasks of each
     for k, row in enumerate(zip(*families)):
@@ -337,8 +318,6 @@ def main(argv: list[str] | None = None) -> None:
                 if (task.id, method) in done:
                     continue
                 rec = run_one(lm, task, method, args.particles, args.max_tokens, args.seed)
-                if rec["family"] == "tool_call":
-                    rec["tool_form"] = args.tool_form
                 records.append(rec)
                 print(json.dumps(rec), flush=True)
                 if out:

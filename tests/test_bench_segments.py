@@ -16,8 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_segments as bs  # noqa: E402
 
 FAMILIES = {"think_json": lambda: list(bs.think_tasks()),
-            "tool_call": lambda: list(bs.tool_tasks()),
-            "tool_call free": lambda: list(bs.tool_tasks(form="free"))}
+            "tool_call": lambda: list(bs.tool_tasks())}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -46,13 +45,9 @@ def test_scorers_read_the_answer_not_the_format():
     assert call.correct('<tool_call>{"name": "add", "arguments": {"b": 15, "a": 14}}</tool_call>') == 1.0
     swapped = '<tool_call>{"name": "add", "arguments": {"a": 15, "b": 14}}</tool_call>'
     assert call.correct(swapped) == 0.0 and call.name_ok(swapped) == 1.0
-    # the call form admits no text before the call; the free form does
-    text = b"Sure. " + call.gold.encode()
-    free = next(bs.tool_tasks(form="free"))
-    assert asyncio.run(call.constraint.complete(text)) == float("-inf")
-    assert asyncio.run(free.constraint.complete(text)) == 0.0
-    with pytest.raises(ValueError, match="tool-call form"):
-        next(bs.tool_tasks(form="json"))
+    # a required call admits no text before it
+    assert asyncio.run(call.constraint.complete(b"Sure. " + call.gold.encode())) == float("-inf")
+    assert asyncio.run(call.constraint.complete(call.gold.encode())) == 0.0
 
 
 def test_paired_difference_matches_tasks_and_its_interval_covers_the_mean():
