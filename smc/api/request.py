@@ -27,15 +27,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from potentials import Grammar, JSONSchema, Regex
-from potentials.choice import Choice
-from potentials.segments.forms import (
-    reasoning_from_json,
-    schema_from_json,
-    segments_from_json,
-    structural_tag,
-    tools_from_json,
-)
+from potentials.segments.forms import constraint_part, reasoning_from_json, tools_from_json
 from potentials.base import BytePotential, Potential
 from samplers import SAMPLERS
 from smc.backends.prompts import Prompt, prompt_kind, tool_functions
@@ -110,27 +102,11 @@ def constraint_from_json(spec: Any) -> Potential | None:
             f"a constraint has exactly one kind, got {len(spec)}: {', '.join(spec) or 'none'}"
         )
     kind, value = next(iter(spec.items()))
-    if kind in ("regex", "grammar"):
-        if not isinstance(value, str):
-            raise InvalidArgumentType(f"constraint {kind} must be a string, got {type(value).__name__}")
-        return Regex(value) if kind == "regex" else Grammar(value)
-    if kind == "json_schema":
-        return schema_from_json(value, "constraint json_schema")
-    if kind == "json_object":
-        if value is not True:
-            raise InvalidArgument(f"constraint json_object must be true, got {value!r}")
-        return JSONSchema({"type": "object"})
-    if kind == "segments":
-        return segments_from_json(value)
-    if kind == "structural_tag":
-        return structural_tag(value)
-    if kind == "tools":
+    if kind == "tools":  # tool_choice "none" is no constraint here, where null is one
         return tools_from_json(value)
     if kind == "reasoning":
         return reasoning_from_json(value)
-    if not isinstance(value, list) or not value or not all(isinstance(s, str) for s in value):
-        raise InvalidArgument("constraint choice must be a non-empty list of strings")
-    return Choice(value)
+    return constraint_part(spec, "constraint")
 
 
 @dataclass(frozen=True)

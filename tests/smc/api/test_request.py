@@ -55,7 +55,7 @@ def test_a_request_is_frozen_and_replace_validates_again():
     (dict(model=3), TypeError, "model must be a string"),
     (dict(constraint={"regex": "a", "grammar": "b"}), ValueError, "exactly one kind"),
     (dict(constraint={"xml": "a"}), ValueError, "unknown constraint kind 'xml'"),
-    (dict(constraint={"choice": []}), ValueError, "non-empty list of strings"),
+    (dict(constraint={"choice": []}), ValueError, "Choice needs at least one option"),
     (dict(constraint={"json_schema": "{not json"}), ValueError, "not valid JSON"),
     (dict(constraint={"segments": []}), ValueError, "non-empty list"),
     (dict(constraint={"segments": [{"free_text": {}}, {"text": "x"}]}), ValueError, "without a stop"),
