@@ -293,6 +293,10 @@ async def run_patterns(args: argparse.Namespace) -> None:
             except asyncio.TimeoutError:
                 llm.model.reset_async_queries()
                 rec.update(status="timeout", seconds=time.perf_counter() - t0)
+            except Exception as e:  # an error while sampling fails this pattern only
+                llm.model.reset_async_queries()
+                rec.update(status="crash", error=f"{type(e).__name__}: {e}"[:500],
+                           seconds=time.perf_counter() - t0)
             else:
                 rec.update(status="ok" if out["posterior"] else "no_sample",
                            seconds=time.perf_counter() - t0, log_ml=out["log_z"],
