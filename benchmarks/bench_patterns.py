@@ -246,13 +246,15 @@ def peer_tasks(lm, patterns: list[tuple[int, str]], args) -> list[dict]:
              "timeout": args.timeout} for index, pattern in patterns]
 
 
-def run_peer(tasks: list[dict], timeout: float, on_record) -> list[dict]:
+def run_peer(tasks: list[dict], timeout: float, on_record, grace: float = 120.0) -> list[dict]:
     """genlm-control's records for ``tasks``, from its runner in its own venv (one thread,
     OMP_NUM_THREADS=1), ``on_record(rec)`` called as each arrives.
 
     The runner stops a run at ``timeout`` seconds itself; a runner that writes nothing for
-    ``timeout`` + 120 s (stuck in one uninterruptible `regex` call, or dead) is killed, the
-    pattern it was on gets a time-out record, and a new runner takes the remaining patterns.
+    ``timeout`` + ``grace`` seconds (stuck in one uninterruptible `regex` call; the grace
+    covers loading the model) is killed, the pattern it was on gets a time-out record, and a
+    new runner takes the remaining patterns. A runner that exits early gives the pattern it was
+    on a crash record, and a new runner takes the rest too.
     """
     if not PEER_PYTHON.is_file():
         sys.exit(f"bench_patterns: no genlm-control venv at {PEER_PYTHON.parents[1]} "
@@ -283,7 +285,7 @@ def run_peer(tasks: list[dict], timeout: float, on_record) -> list[dict]:
                     if rc is not None:
                         why = None if rc == 0 else f"runner exited with {rc}"
                         break
-                    if time.monotonic() - last > timeout + 120:  # the model's loading included
+                    if time.monotonic() - last > timeout + grace:
                         proc.kill()
                         proc.wait()
                         why = "killed: no record within the time limit"
