@@ -29,7 +29,8 @@ Modes (``--mode``):
 
 json (default)
     The side-by-side benchmark's task file (``benchmarks/bench_sidebyside.py --export``): per
-    task, genlm-control's ``JsonSchema(schema)`` potential. A schema that genlm-control refuses
+    task, genlm-control's ``JsonSchema(schema)`` potential, N = ``--particles`` (default 10,
+    as in the first example of genlm-control's README), ESS threshold 0.5, seed ``--seeds``. A schema that genlm-control refuses
     (an exception while building the potential) is ``accepted: false`` with the error. One
     record per task is appended to ``--out`` as soon as it is done (fields of
     bench_sidebyside's records: ``text`` is the finished text of highest posterior mass,
