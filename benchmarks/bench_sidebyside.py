@@ -17,6 +17,8 @@ every schema S, the same
                 shortest listed valid instance of a schema, json.dumps compact, is at most 32
                 tokens for 33% of the schemas, 64 for 54%, 128 for 73%, 256 for 85% and 512
                 for 94% (720 schemas, every split); JSONSchemaBench's own runs give 500.
+                A schema whose prompt and max_tokens do not fit the model's context (8,192
+                tokens) is passed over in the draw: the next schema of the split is taken.
 
 The engines (rows):
 
@@ -119,10 +121,12 @@ def split_of(name: str) -> str:
     return "BFCL" if split.startswith("BFCL") else split
 
 
-def select(corpus: Path, per_split: int, seed: int, splits: list[str] | None = None) -> list[Path]:
+def select(corpus: Path, per_split: int, seed: int, splits: list[str] | None = None,
+           fits=lambda path: True) -> list[Path]:
     """min(per_split, |split|) files of every split: the first ones of a random.Random(seed)
     permutation of the split's sorted names (splits in sorted order, each permuted whether
-    selected or not), so a larger per_split only adds schemas, and --splits picks the same ones."""
+    selected or not), so a larger per_split only adds schemas, and --splits picks the same ones.
+    A file for which ``fits`` is false is passed over and the next one of the permutation taken."""
     if not corpus.is_dir():
         raise SystemExit(f"no corpus at {corpus}: pass --corpus DIR (MaskBench's data folder)")
     by_split: dict[str, list[Path]] = defaultdict(list)
@@ -138,7 +142,7 @@ def select(corpus: Path, per_split: int, seed: int, splits: list[str] | None = N
         order = list(by_split[split])
         rng.shuffle(order)  # a whole permutation: the draw at k is the start of the draw at k + 1
         if not splits or split in splits:
-            chosen += sorted(order[:per_split])
+            chosen += sorted([p for p in order if fits(p)][:per_split])
     return chosen
 
 
@@ -450,16 +454,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     else:
         engines = list(ALL_ENGINES)
 
-    files = select(args.corpus, args.per_split, args.seed, args.splits.split(",") if args.splits else None)
-    if args.quick:
-        files = files[: QUICK["n_tasks"]]
-
     import torch
 
     import smc
 
     torch.set_num_threads(1)
     lm = smc.load_lm()
+
+    def fits(path: Path) -> bool:
+        schema = json.loads(path.read_text(encoding="utf-8"))["schema"]
+        return len(lm.encode_chat(messages_for(schema))) + args.max_tokens <= lm.max_context
+
+    files = select(args.corpus, args.per_split, args.seed, args.splits.split(",") if args.splits else None, fits)
+    if args.quick:
+        files = files[: QUICK["n_tasks"]]
     tasks = make_tasks(lm, files, args.max_tokens)
     if args.export:
         write_jsonl(args.export, tasks)
