@@ -35,8 +35,8 @@ file are not repeated (resume), and ``--summarize FILE...`` prints the tables of
 without running anything (a FILE that does not exist as given is looked up in benchmarks/data/,
 where the recorded runs cited in benchmarks/RESULTS.md are kept: ``--summarize
 quality_runs_json_n16.jsonl``). ``--export FILE`` writes the selected JSON tasks for
-``benchmarks/peer_genlm_control.py`` (genlm-control on the same prompt ids, in its own venv),
-whose records ``--summarize`` reads beside these.
+``benchmarks/peers/genlm_control.py --mode quality`` (genlm-control on the same prompt ids, in
+its own venv), whose records ``--summarize`` reads beside these.
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--summarize", nargs="+", metavar="FILE", help="only summarize saved records")
     ap.add_argument("--export", metavar="FILE",
                     help="only write the selected JSON tasks' prompt ids, schemas and the model "
-                         "directory, for benchmarks/peer_genlm_control.py")
+                         "directory, for benchmarks/peers/genlm_control.py --mode quality")
     args = ap.parse_args(argv)
 
     if args.summarize:

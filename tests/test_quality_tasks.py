@@ -114,7 +114,7 @@ def test_select():
 
 
 def test_export_gives_the_peer_the_prompt_ids_of_the_one_prompt_rule(tmp_path, monkeypatch):
-    # benchmarks/peer_genlm_control.py conditions genlm-control on exactly these ids
+    # benchmarks/peers/genlm_control.py conditions genlm-control on exactly these ids
     import bench_quality
     import smc.backends.loading
     from smc.backends.prompts import encode_prompt
@@ -135,10 +135,3 @@ def test_export_gives_the_peer_the_prompt_ids_of_the_one_prompt_rule(tmp_path, m
         assert g["schema"] == task.schema and g["max_tokens"] == task.max_tokens
         assert g["eos_token_ids"] == lm.eos_token_ids and g["model_dir"] == "/models/x"
 
-
-def test_peer_script_needs_no_peer_to_start():
-    import subprocess
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "peer_genlm_control.py"
-    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True)
-    assert out.returncode == 0 and "--tasks-file" in out.stdout
