@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from peers.genlm_control import REQUIREMENTS as GENLM_REQUIREMENTS
+
 ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".venv-peers"
 
@@ -28,17 +30,14 @@ TORCH = "torch==2.13.0"
 #: transformers for the masking peers: the major version smc-steer runs with (5.x)
 TRANSFORMERS = "transformers>=5,<6"
 
+#: what pip installs after TORCH, per engine (genlm-control's recipe lives with its runner and
+#: leaves transformers to genlm-control's own requirement)
 PEERS: dict[str, list[str]] = {
     "llguidance": ["llguidance==1.9.1", TRANSFORMERS],
     "xgrammar": ["xgrammar==0.2.8", TRANSFORMERS],
     "outlines": ["outlines==1.3.3", TRANSFORMERS],
+    "genlm-control": list(GENLM_REQUIREMENTS),
 }
-try:  # genlm-control's recipe lives with its runner
-    from peers.genlm_control import REQUIREMENTS as GENLM_REQUIREMENTS
-except ImportError:
-    GENLM_REQUIREMENTS = None
-if GENLM_REQUIREMENTS:
-    PEERS["genlm-control"] = list(GENLM_REQUIREMENTS)
 
 #: the packages whose versions a record names
 REPORTED = ("torch", "transformers", "llguidance", "xgrammar", "outlines", "outlines-core",
