@@ -18,7 +18,9 @@ every schema S, the same
                 tokens for 33% of the schemas, 64 for 54%, 128 for 73%, 256 for 85% and 512
                 for 94% (720 schemas, every split); JSONSchemaBench's own runs give 500.
                 A schema whose prompt and max_tokens do not fit the model's context (8,192
-                tokens) is passed over in the draw: the next schema of the split is taken.
+                tokens), or whose prompt is longer than --max-prompt-tokens (none by default;
+                a reduced form's cap), is passed over in the draw: the next schema of the
+                split is taken.
 
 The engines (rows):
 
@@ -423,6 +425,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--splits", help="comma-separated splits (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="the draw of the schemas")
     ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
+    ap.add_argument("--max-prompt-tokens", type=int,
+                    help="pass over schemas whose prompt is longer (a reduced form; default: no cap)")
     ap.add_argument("--engines", help=f"comma-separated, of {', '.join(ALL_ENGINES)} (default: all; "
                                       "with --quick: smc-steer's and each peer whose venv exists)")
     ap.add_argument("--records", type=Path, help="JSONL file the records are appended to (resumed)")
@@ -463,7 +467,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     def fits(path: Path) -> bool:
         schema = json.loads(path.read_text(encoding="utf-8"))["schema"]
-        return len(lm.encode_chat(messages_for(schema))) + args.max_tokens <= lm.max_context
+        n = len(lm.encode_chat(messages_for(schema)))
+        return n + args.max_tokens <= lm.max_context and n <= (args.max_prompt_tokens or n)
 
     files = select(args.corpus, args.per_split, args.seed, args.splits.split(",") if args.splits else None, fits)
     if args.quick:
