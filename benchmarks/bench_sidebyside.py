@@ -31,7 +31,8 @@ The engines (rows):
                         processor (benchmarks/peers/masking.py)
     xgrammar            xgr.contrib.hf.LogitsProcessor
     outlines            outlines.from_transformers + outlines.Generator(model, JsonSchema(S))
-    genlm-control       its JsonSchema potential with AWRS SMC (benchmarks/peers/genlm_control.py)
+    genlm-control       its JsonSchema potential with AWRS SMC, N = 10, ESS threshold 0.5
+                        (benchmarks/peers/genlm_control.py)
 
 each peer in its own virtual environment under ``.venv-peers/<engine>/`` (``--setup``;
 benchmarks/peers/venvs.py), run by ``subprocess`` with that venv's python. The masking peers
@@ -55,7 +56,9 @@ The columns, per split and in total:
     logp         log p_LM(output, EOS | prompt_ids), computed here for every engine from the
                  output's token ids by one forward pass of the same model: mean over the valid
                  outputs
-    log Ẑ        the SMC engines' estimate of log Z = log p(the output satisfies S), median
+    log Ẑ        the SMC engines' estimate of log Z = log p(the output satisfies S) (of the
+                 target restricted to max_tokens), median over accepted schemas, -inf where no
+                 sample finished
 
 and the failure classes: every schema where smc-steer (defaults) gives no valid output while
 some engine does, with smc-steer's reason (compile error, no finished sample, invalid output,
@@ -346,6 +349,14 @@ def _f(x, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def log_zs(engine: str, rs: list[dict]) -> list[float]:
+    """log Ẑ of an SMC engine's accepted runs, a run with no finished sample counting as -inf
+    (Ẑ = 0); none for a masking engine."""
+    if engine not in (*SMC_ENGINES, "genlm-control"):
+        return []
+    return [-math.inf if r["log_z"] is None else r["log_z"] for r in rs if r["accepted"]]
+
+
 def table(records: list[dict]) -> str:
     """One markdown table: a row per engine x split, and each engine's total."""
     engines = [e for e in ALL_ENGINES if any(r["engine"] == e for r in records)]
@@ -367,7 +378,7 @@ def table(records: list[dict]) -> str:
                 f"| {sum(r['accepted'] for r in rs)} | {len(fin)} | {len(val)} "
                 f"| {_f(_median([r['compile_s'] for r in rs]), 3)} | {_f(_mean([r['wall_s'] for r in rs]), 1)} "
                 f"| {_f(_mean([r['tokens'] for r in fin]), 1)} | {_f(_mean([r.get('logp') for r in val]), 1)} "
-                f"| {_f(_median([r['log_z'] for r in rs]), 1)} |")
+                f"| {_f(_median(log_zs(e, rs)), 1)} |")
     return "\n".join(out)
 
 

@@ -85,6 +85,7 @@ def test_summary_counts_and_failure_classes():
     ]
     out = sbs.summarize(records)
     assert "| **total** | smc-steer | 4 | 3 | 1 | 1 |" in out
+    assert out.count("| **total** | smc-steer |") == 1 and "| -inf |" in out  # median of (-1, -inf, -inf)
     assert "| **total** | xgrammar | 3 | 3 | 3 | 2 |" in out
     fails = sbs.failures(records)
     # c: no engine has a valid output there, so it is no failure class of smc-steer's
