@@ -229,6 +229,8 @@ def run_smc(lm, task: dict, engine: str) -> dict:
         sample = max((s for s in r.samples if s.finished and s.text == best), key=lambda s: s.log_weight)
         rec.update(finished=True, text=best, token_ids=list(sample.token_ids),
                    tokens=len(sample.token_ids), texts=list(post), weights=list(post.values()))
+    elif r.samples:  # what the particles were writing when the budget ran out
+        rec["unfinished_text"] = max(r.samples, key=lambda s: len(s.token_ids)).text[:300]
     return rec
 
 
