@@ -235,10 +235,20 @@ def run_smc(lm, task: dict, engine: str) -> dict:
 
 
 # ---------------------------------------------------------------------------- peers
-def run_peer(engine: str, tasks: list[dict], request_timeout: float) -> list[dict]:
-    """The peer's records for ``tasks``: its runner in its venv (OMP_NUM_THREADS=1), one record
-    per task as it finishes. A task with no record after ``request_timeout`` seconds (or whose
-    runner dies) gets a failure record naming why, and the runner restarts after it."""
+def limit_memory(gb: float) -> None:
+    """Cap this process's address space at ``gb`` GiB (a peer's compile that would take the
+    machine's memory fails inside the peer instead; outlines reached 18 GiB on a Snowplow schema before the kernel killed it)."""
+    import resource
+
+    cap = int(gb * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: float) -> list[dict]:
+    """The peer's records for ``tasks``: its runner in its venv (OMP_NUM_THREADS=1, address space
+    capped at ``memory_gb`` GiB), one record per task as it finishes. A task with no record after
+    ``request_timeout`` seconds (or whose runner dies) gets a failure record naming why, and the
+    runner restarts after it."""
     if not venvs.exists(engine):
         raise SystemExit(f"no venv for {engine}: run bench_sidebyside.py --setup --engines {engine}")
     runner = RUNNERS[engine]
@@ -256,7 +266,8 @@ def run_peer(engine: str, tasks: list[dict], request_timeout: float) -> list[dic
             if engine in MASKING_ENGINES:
                 cmd += ["--engine", engine]
             log = open(Path(tmp) / "log.txt", "w")
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                    preexec_fn=lambda: limit_memory(memory_gb))
             seen, last, why = 0, time.monotonic(), None
             while True:
                 rc = proc.poll()
@@ -445,6 +456,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--records", type=Path, help="JSONL file the records are appended to (resumed)")
     ap.add_argument("--request-timeout", type=float, default=600.0,
                     help="seconds a peer may take for one request (model loading included for the first)")
+    ap.add_argument("--peer-memory-gb", type=float, default=8.0, help="address-space cap of a peer's runner")
     ap.add_argument("--setup", action="store_true", help="build the peers' venvs, then exit")
     ap.add_argument("--export", type=Path, metavar="FILE", help="write the task file, then exit")
     ap.add_argument("--summarize", nargs="+", type=Path, metavar="FILE", help="only print the tables")
@@ -521,7 +533,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 for t in todo:
                     keep(run_smc(lm, t, engine))
             else:
-                for rec in run_peer(engine, todo, args.request_timeout):
+                for rec in run_peer(engine, todo, args.request_timeout, args.peer_memory_gb):
                     keep(rec)
     finally:
         if sink:
