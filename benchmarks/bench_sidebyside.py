@@ -244,11 +244,11 @@ def limit_memory(gb: float) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: float) -> list[dict]:
-    """The peer's records for ``tasks``: its runner in its venv (OMP_NUM_THREADS=1, address space
-    capped at ``memory_gb`` GiB), one record per task as it finishes. A task with no record after
-    ``request_timeout`` seconds (or whose runner dies) gets a failure record naming why, and the
-    runner restarts after it."""
+def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: float):
+    """The peer's records for ``tasks``, yielded as its runner writes them: the runner in the
+    peer's venv (OMP_NUM_THREADS=1, address space capped at ``memory_gb`` GiB). A task with no
+    record after ``request_timeout`` seconds (or whose runner dies) gets a failure record naming
+    why, and the runner restarts after it."""
     if not venvs.exists(engine):
         raise SystemExit(f"no venv for {engine}: run bench_sidebyside.py --setup --engines {engine}")
     runner = RUNNERS[engine]
@@ -256,52 +256,53 @@ def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: 
         raise SystemExit(f"{engine}'s runner {runner} is not in this checkout")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("PYTHONPATH", None)
-    got: list[dict] = []
     todo = list(tasks)
     with tempfile.TemporaryDirectory() as tmp:
-        while todo:
-            tfile, out = Path(tmp) / "tasks.jsonl", Path(tmp) / f"out{len(got)}.jsonl"
+        for attempt in range(len(tasks)):
+            if not todo:
+                return
+            tfile, out, log_path = (Path(tmp) / "tasks.jsonl", Path(tmp) / f"out{attempt}.jsonl",
+                                    Path(tmp) / "log.txt")
             write_jsonl(tfile, todo)
             cmd = [str(venvs.python_of(engine)), str(runner), "--tasks-file", str(tfile), "--out", str(out)]
             if engine in MASKING_ENGINES:
                 cmd += ["--engine", engine]
-            log = open(Path(tmp) / "log.txt", "w")
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                    preexec_fn=lambda: limit_memory(memory_gb))
-            seen, last, why = 0, time.monotonic(), None
-            while True:
-                rc = proc.poll()
-                rows = read_jsonl(out) if out.exists() else []
-                if len(rows) > seen:
-                    seen, last = len(rows), time.monotonic()
-                if rc is not None:
-                    why = None if rc == 0 else f"runner exited with {rc}"
-                    break
-                # the loading of the model counts against the first request
-                if time.monotonic() - last > request_timeout:
-                    proc.kill()
-                    proc.wait()
-                    why = f"time-out: no output in {request_timeout:.0f} s"
-                    break
-                time.sleep(0.5)
-            log.close()
-            rows = read_jsonl(out)
-            got += rows
-            done = {r["task_id"] for r in rows}
-            todo = [t for t in todo if t["task_id"] not in done]
-            if why is None and todo:
-                why = "runner ended without a record for it"
+            with open(log_path, "w") as log:
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                        preexec_fn=lambda: limit_memory(memory_gb))
+                seen, last, why = 0, time.monotonic(), None
+                try:
+                    while True:
+                        rc = proc.poll()
+                        rows = read_jsonl(out)
+                        for r in rows[seen:]:
+                            todo = [t for t in todo if t["task_id"] != r["task_id"]]
+                            yield r
+                        if len(rows) > seen:
+                            seen, last = len(rows), time.monotonic()
+                        if rc is not None:
+                            why = None if rc == 0 else f"runner exited with {rc}"
+                            break
+                        # the loading of the model counts against the first request
+                        if time.monotonic() - last > request_timeout:
+                            why = f"time-out: no output in {request_timeout:.0f} s"
+                            break
+                        time.sleep(0.5)
+                finally:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
             if todo:
-                tail = (Path(tmp) / "log.txt").read_text()[-600:].strip()
+                why = why or "runner ended without a record for it"
+                tail = log_path.read_text()[-600:].strip()
                 print(f"# {engine} on {todo[0]['task_id']}: {why}\n{tail}", file=sys.stderr)
                 if why.startswith("runner exited") and tail:
                     why += f": {tail.splitlines()[-1][:300]}"
                 t = todo.pop(0)
-                got.append({"engine": engine, "task_id": t["task_id"], "split": t["split"],
-                            "accepted": True, "error": why, "finished": False, "text": None,
-                            "token_ids": None, "compile_s": None, "wall_s": None, "tokens": None,
-                            "log_z": None, "versions": venvs.versions(engine)})
-    return got
+                yield {"engine": engine, "task_id": t["task_id"], "split": t["split"], "accepted": True,
+                       "error": why, "finished": False, "text": None, "token_ids": None,
+                       "compile_s": None, "wall_s": None, "tokens": None, "log_z": None,
+                       "versions": venvs.versions(engine)}
 
 
 # ---------------------------------------------------------------------------- scoring
