@@ -79,6 +79,7 @@ skips the pairs already there (resume). ``--quick`` is the smoke form: 3 schemas
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -147,7 +148,7 @@ def select(corpus: Path, per_split: int, seed: int, splits: list[str] | None = N
         order = list(by_split[split])
         rng.shuffle(order)  # a whole permutation: the draw at k is the start of the draw at k + 1
         if not splits or split in splits:
-            chosen += sorted([p for p in order if fits(p)][:per_split])
+            chosen += sorted(itertools.islice((p for p in order if fits(p)), per_split))
     return chosen
 
 
