@@ -73,7 +73,9 @@ crash).
 
 Records are appended to --records as they finish (one JSON object per engine x task); a run
 skips the pairs already there (resume). ``--quick`` is the smoke form: 3 schemas, max_tokens
-8, the smc-steer rows and each peer whose venv already exists.
+8, the smc-steer rows and each peer whose venv already exists; it is also what the script runs
+with no options at all (as ``make bench`` runs it). Without the corpus at its default place
+(../shared/corpora/maskbench) it says so and exits 0; a --corpus that does not exist is an error.
 """
 
 from __future__ import annotations
@@ -473,6 +475,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         records = [r for p in args.summarize for r in read_jsonl(p)]
         print(summarize(records))
         return records
+    if not (sys.argv[1:] if argv is None else argv):
+        print("# no options (as `make bench` runs it): the quick form, --quick")
+        args.quick = True
+    if not args.corpus.is_dir() and args.corpus == DEFAULT_CORPUS:
+        print(f"# no corpus at {args.corpus} (MaskBench's data folder): nothing to run; pass --corpus DIR")
+        return []
     if args.quick:
         args.max_tokens = QUICK["max_tokens"]
     if args.engines:
