@@ -23,7 +23,7 @@ way each engine's transformers example calls generate: no sampling arguments). P
 
 A schema the engine refuses (an exception while compiling, or llguidance's matcher in its error
 state) is ``accepted: false`` with the error text. An output is ``finished`` when it ended with
-EOS within max_tokens, or reached max_tokens as one complete JSON text (``stop``: "eos" or
+EOS within max_tokens, or reached max_tokens as one complete JSON text (``ended_by``: "eos" or
 "budget"); ``token_ids`` exclude the EOS.
 
     .venv-peers/xgrammar/bin/python benchmarks/peers/masking.py --engine xgrammar \\
@@ -198,7 +198,7 @@ def main() -> None:
                     out_ids = ids[:-1] if eos else ids
                     text = tok.decode(out_ids)
                     finished = eos or complete_json(text)
-                    rec.update(finished=finished, stop="eos" if eos else "budget", token_ids=out_ids,
+                    rec.update(finished=finished, ended_by="eos" if eos else "budget", token_ids=out_ids,
                                tokens=len(out_ids), text=text if finished else None,
                                unfinished_text=None if finished else text[:300])
                 rec["wall_s"] = time.perf_counter() - t0
