@@ -14,21 +14,31 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     unconstrained        one sample with no constraint (budget max_tokens + 32: the model may
                          chat before answering), read as a user would (quality_tasks.parse_answer:
                          outermost {...}, first regex match, first grammar line)
-    SAMPLER[:WS][:budget[=RATE]][:islands=K]
+    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:islands=K]
                          SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
                          grammar tasks), and with ``budget`` the smc.engine.critics.BudgetCritic critic
-                         (rate RATE, default 1); ``islands=K``: smc.generate(islands=K)
-                         (default: generate's own default; ``islands=1`` is plain SMC)
+                         (rate RATE, default 1); ``per_byte=C``: BudgetCritic(rate=RATE,
+                         per_byte=C) (RATE 1 unless ``budget=RATE`` is given too);
+                         ``islands=K``: smc.generate(islands=K) (default: generate's own default;
+                         ``islands=1`` is plain SMC)
 
 Summary: per method and N, the mean of each quantity over runs with a 95% bootstrap interval
-(runs resampled with replacement, 2000 times), and "finished where masking finished": among the
+(runs resampled with replacement, 2000 times); "finished where masking finished": among the
 (task, seed) pairs where masking at the same N returned a sample, the fraction where the method
-did.
+did; "collapsed": runs with no finished sample or a log Ẑ more than 10 nats below the median of
+the same task, method and N; "vs masking": the mean over (task, seed) pairs of the accuracy
+minus masking's at the same N, with its paired 95% bootstrap interval.
 
     python benchmarks/bench_quality.py [--tasks NAMES] [--families json,regex,grammar]
         [--limit K (default 3 when no tasks/families are named)] [--methods unconstrained,masking:flexible,awrs:compact,awrs:flexible]
         [--particles 4,16] [--seeds 0] [--ess-threshold 0.5] [--jsonl FILE] [--summary FILE]
+        [--workers K] [--by-run] [--time-limit S] [--device cuda] [--dtype float32]
+
+``--workers K`` runs the grid in K processes (each loads the model; run i takes every K-th run)
+and merges their records into --jsonl; ``--by-run`` loops over (seed, task) outermost, so a grid
+cut short by ``--time-limit S`` (no new run starts after S seconds) has every setting for the
+runs it reached: the order to use for paired comparisons.
 
 A run's records go to --jsonl as they finish (one JSON object per run); runs already in that
 file are not repeated (resume), and ``--summarize FILE...`` prints the tables of saved records
@@ -62,30 +72,35 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import quality_tasks as qt  # noqa: E402
 
 SAMPLER_NAMES = ("awrs", "direct", "masking")
+#: a run "collapsed" when its log Ẑ is this many nats below its setting's median (or it is empty)
+COLLAPSE_NATS = 10.0
 DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
 
 
 def parse_method(spec: str) -> dict:
-    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:islands=K]' -> {sampler, whitespace, critic, islands}."""
+    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:islands=K]' ->
+    {sampler, whitespace, critic: (rate, per_byte) or None, islands}."""
     if spec == "unconstrained":
         return {"sampler": None, "whitespace": None, "critic": None, "islands": None}
     parts = spec.split(":")
     if parts[0] not in SAMPLER_NAMES:
         raise ValueError(f"unknown method {spec!r}: start with unconstrained, {', '.join(SAMPLER_NAMES)}")
     ws: str | int = "compact"
-    critic = None
-    islands = None
+    rate, per_byte, islands = None, None, None
     for p in parts[1:]:
         if p in ("compact", "flexible"):
             ws = p
         elif p.isdigit():
             ws = int(p)
         elif p == "budget" or p.startswith("budget="):
-            critic = p
+            rate = float(p.partition("=")[2] or 1.0)
+        elif p.startswith("per_byte="):
+            per_byte = float(p[9:])
         elif p.startswith("islands=") and p[8:].isdigit():
             islands = int(p[8:])
         else:
             raise ValueError(f"unknown part {p!r} in method {spec!r}")
+    critic = None if rate is None and per_byte is None else (1.0 if rate is None else rate, per_byte or 0.0)
     return {"sampler": parts[0], "whitespace": ws, "critic": critic, "islands": islands}
 
 
@@ -120,8 +135,8 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
     if m["critic"] is not None:
         from smc.engine.critics import BudgetCritic
 
-        _, _, rate = m["critic"].partition("=")
-        critic = BudgetCritic(rate=float(rate or 1.0))
+        rate, per_byte = m["critic"]
+        critic = BudgetCritic(rate=rate, per_byte=per_byte)
     r = smc.generate(task.prompt, constraint_for(task, m["whitespace"]), lm=lm, particles=n,
                      max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
                      ess_threshold=ess_threshold, progress=False, critic=critic, islands=m["islands"])
@@ -197,21 +212,39 @@ def bootstrap_ci(x: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float,
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def fmt(x: np.ndarray, digits: int = 2) -> str:
-    """The mean of x and its 95% bootstrap interval, e.g. ``0.70 [0.64, 0.75]`` ("-" when empty)."""
+def fmt(x: np.ndarray, digits: int = 2, signed: bool = False) -> str:
+    """The mean of x and its 95% bootstrap interval, e.g. ``0.70 [0.64, 0.75]`` ("-" when empty;
+    ``signed``: ``+0.05 [-0.01, +0.10]``)."""
     if len(x) == 0:
         return "-"
     lo, hi = bootstrap_ci(x)
-    return f"{x.mean():.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    f = f"+.{digits}f" if signed else f".{digits}f"
+    return f"{x.mean():{f}} [{lo:{f}}, {hi:{f}}]"
 
 
 def summarize(records: list[dict]) -> str:
     """Markdown tables: per family (and all), per method and N."""
     out = []
     masking_done: dict[tuple, set] = defaultdict(set)  # (N) -> {(task, seed)} where masking answered
+    masking_acc: dict[tuple, float] = {}  # (N, task, seed) -> masking's accuracy
     for r in records:
-        if r["method"].startswith("masking") and not r["empty"]:
-            masking_done[r["N"]].add((r["task"], r["seed"]))
+        if r["method"].startswith("masking"):
+            masking_acc.setdefault((r["N"], r["task"], r["seed"]), r["accuracy"])
+            if not r["empty"]:
+                masking_done[r["N"]].add((r["task"], r["seed"]))
+    medians: dict[tuple, float] = {}  # (task, method, N) -> median finite log Ẑ
+    by_setting: dict[tuple, list] = defaultdict(list)
+    for r in records:
+        if r.get("log_ml") is not None and np.isfinite(r["log_ml"]) and not r["empty"]:
+            by_setting[(r["task"], r["method"], r["N"])].append(r["log_ml"])
+    for k, v in by_setting.items():
+        medians[k] = float(np.median(v))
+
+    def collapsed(r: dict) -> bool:
+        if r["empty"]:
+            return True
+        med = medians.get((r["task"], r["method"], r["N"]))
+        return r.get("log_ml") is not None and med is not None and r["log_ml"] < med - COLLAPSE_NATS
     def group(r: dict) -> str:  # the Ada persona task is reported on its own
         return "ada" if r["task"] == "ada" else r["family"]
 
@@ -222,9 +255,9 @@ def summarize(records: list[dict]) -> str:
         for r in rows:
             groups[(r["method"], r["N"] if r["method"] != "unconstrained" else 1)].append(r)
         out.append(f"\n{fam} ({len({r['task'] for r in rows})} tasks)\n")
-        out.append("| method | N | runs | accuracy [95% CI] | validity | no answer | finished where masking did "
-                   "| log_ml (median) | wall s (mean) |")
-        out.append("|---|---|---|---|---|---|---|---|---|")
+        out.append("| method | N | runs | accuracy [95% CI] | vs masking (paired) | validity | no answer "
+                   "| finished where masking did | collapsed | log_ml (median) | wall s (mean) |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for (method, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             acc = np.array([r["accuracy"] for r in rs])
             val = np.array([r["validity"] for r in rs])
@@ -236,8 +269,12 @@ def summarize(records: list[dict]) -> str:
             lml = [r["log_ml"] for r in rs if r.get("log_ml") is not None and np.isfinite(r["log_ml"])]
             lml_s = f"{np.median(lml):.1f}" if lml else "-"
             wall = np.mean([r["wall_s"] for r in rs])
-            out.append(f"| {method} | {n} | {len(rs)} | {fmt(acc)} | {fmt(val)} | {fmt(emp)} | {fin} | {lml_s} "
-                       f"| {wall:.1f} |")
+            diffs = np.array([r["accuracy"] - masking_acc[(n, r["task"], r["seed"])] for r in rs
+                              if (n, r["task"], r["seed"]) in masking_acc])
+            vs = fmt(diffs, signed=True) if len(diffs) and not method.startswith("masking") else "-"
+            coll = sum(collapsed(r) for r in rs) if any(r.get("log_ml") is not None for r in rs) else "-"
+            out.append(f"| {method} | {n} | {len(rs)} | {fmt(acc)} | {vs} | {fmt(val)} | {fmt(emp)} | {fin} "
+                       f"| {coll} | {lml_s} | {wall:.1f} |")
         canon_rows = [(k, rs) for k, rs in sorted(groups.items()) if any("accuracy_canonical" in r for r in rs)]
         if canon_rows:
             out.append("\nThe same runs under the target restricted to canonical tokenizations (runs with a "
@@ -264,6 +301,41 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}"
 
 
+def parse_shard(spec: str) -> tuple[int, int]:
+    """'I/K' -> (I, K) with 0 <= I < K."""
+    i, _, k = spec.partition("/")
+    if not (i.isdigit() and k.isdigit() and 0 <= int(i) < int(k)):
+        raise argparse.ArgumentTypeError(f"--shard must be I/K with 0 <= I < K, got {spec!r}")
+    return int(i), int(k)
+
+
+def run_workers(argv: list[str], workers: int, jsonl: str) -> list[dict]:
+    """Run this script's grid in ``workers`` processes (shard i of K each, its own records file),
+    then append their records to ``jsonl`` and return every record of it."""
+    base, skip = [], False
+    for a in argv:  # the same arguments, less the ones each worker gets its own value of
+        if skip:
+            skip = False
+        elif a in ("--workers", "--jsonl", "--shard"):
+            skip = True
+        elif not a.startswith(("--workers=", "--jsonl=", "--shard=")):
+            base.append(a)
+    parts = [f"{jsonl}.part{i}" for i in range(workers)]
+    if Path(jsonl).exists() and not any(Path(part).exists() for part in parts):
+        raise SystemExit(f"{jsonl} exists and holds no workers' records: give a new file")
+    procs = [subprocess.Popen([sys.executable, __file__, *base, "--shard", f"{i}/{workers}", "--jsonl", part],
+                              stdout=open(f"{part}.log", "w"), stderr=subprocess.STDOUT)
+             for i, part in enumerate(parts)]
+    codes = [p.wait() for p in procs]
+    with open(jsonl, "w") as out:  # the parts are the records (each worker resumes its own)
+        for part in parts:
+            if Path(part).exists():
+                out.write(Path(part).read_text())
+    if any(codes):
+        print(f"# workers' exit codes {codes}: see {jsonl}.part*.log")
+    return [json.loads(ln) for ln in Path(jsonl).read_text().splitlines() if ln.strip()]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", help="comma-separated task names (e.g. json-00,ada)")
@@ -278,7 +350,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--export", metavar="FILE",
                     help="only write the selected JSON tasks' prompt ids, schemas and the model "
                          "directory, for benchmarks/peers/genlm_control.py --mode quality")
+    ap.add_argument("--workers", type=int, default=1, help="run the grid in K processes")
+    ap.add_argument("--shard", type=parse_shard, default=(0, 1), metavar="I/K",
+                    help="only every K-th run, from the I-th (what --workers gives each process)")
+    ap.add_argument("--by-run", action="store_true", help="loop over (seed, task) outermost")
+    ap.add_argument("--time-limit", type=float, help="start no run after this many seconds")
+    ap.add_argument("--device", help="the model's device (default: CUDA when available)")
+    ap.add_argument("--dtype", help="the model's dtype (default: float32 on CPU, bfloat16 on CUDA)")
     args = ap.parse_args(argv)
+    if args.workers > 1 and not args.jsonl:
+        ap.error("--workers needs --jsonl (the merged records)")
 
     if args.summarize:
         paths = [Path(f) if Path(f).exists() else DATA / f for f in args.summarize]
@@ -298,14 +379,36 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# methods: {','.join(methods)}; N: {ns}; seeds: {seeds}; ess_threshold: {args.ess_threshold}")
     sys.stdout.flush()
 
-    import smc
+    if args.workers > 1:
+        records = run_workers(argv if argv is not None else sys.argv[1:], args.workers, args.jsonl)
+        print(summarize(records))
+        return
 
-    lm = smc.load_lm()
+    import smc
+    from smc.core.defaults import islands_for
+
+    lm = smc.load_lm(device=args.device, dtype=args.dtype)
     if args.export:
         export_tasks(lm, tasks, args.export)
         return
+    # every run of the grid, in the order asked, one per distinct setting (whitespace only
+    # matters for JSON, and islands=None is generate's default for N), with the other method
+    # names that give the identical run; a shard takes every K-th
+    cells = [(method, n, task, seed) for method in methods
+             for n in ([1] if method == "unconstrained" else ns) for task in tasks for seed in seeds]
+    if args.by_run:
+        order = {(t.name, s): k for k, (s, t) in enumerate((s, t) for s in seeds for t in tasks)}
+        cells.sort(key=lambda c: order[(c[2].name, c[3])])
+    runs: dict[tuple, list] = {}
+    for method, n, task, seed in cells:
+        m = parse_method(method)
+        islands = m["islands"] or (islands_for(n) if m["sampler"] else None)
+        key = (task.name, m["sampler"], m["whitespace"] if task.family == "json" else None,
+               m["critic"], islands, n, seed)
+        runs.setdefault(key, []).append((method, n, task, seed))
+    shard, shards = args.shard
+    todo = list(runs.values())[shard::shards]
     records = []
-    done: dict[tuple, dict] = {}
     # resume: runs already in --jsonl (same task, method, N, seed, threshold) are not repeated
     saved = {}
     if args.jsonl and Path(args.jsonl).exists():
@@ -314,33 +417,26 @@ def main(argv: list[str] | None = None) -> None:
                 r = json.loads(ln)
                 saved[(r["task"], r["method"], r["N"], r["seed"], r["ess_threshold"])] = r
     sink = open(args.jsonl, "a") if args.jsonl else None
+    t_start = time.perf_counter()
     try:
-        # method-major order: a grid cut short still has complete columns for its first methods
-        for method in methods:
-            for n in ([1] if method == "unconstrained" else ns):
-                for task in tasks:
-                    for seed in seeds:
-                        # whitespace only matters for JSON: other tasks reuse the identical run
-                        m = parse_method(method)
-                        key = (task.name, m["sampler"], m["critic"], m["islands"], n, seed)
-                        old = saved.get((task.name, method, n, seed, args.ess_threshold))
-                        if old is not None:
-                            records.append(old)
-                            done[key] = old
-                            continue
-                        if task.family != "json" and key in done:
-                            rec = {**done[key], "method": method}
-                        else:
-                            rec = run_one(lm, task, method, n, seed, args.ess_threshold)
-                            done[key] = rec
-                        records.append(rec)
-                        lml = "" if rec["log_ml"] is None else f" log_ml={rec['log_ml']:.1f}"
-                        print(f"{task.name} {method} N={n} s={seed}: acc={rec['accuracy']:.2f} "
-                              f"empty={rec['empty']}{lml} {rec['wall_s']:.1f}s | {rec['best'][:70]!r}")
-                        sys.stdout.flush()
-                        if sink:
-                            sink.write(json.dumps(rec) + "\n")
-                            sink.flush()
+        for same in todo:
+            if args.time_limit and time.perf_counter() - t_start > args.time_limit:
+                print(f"# time limit: stopped before run {todo.index(same) + 1} of {len(todo)}")
+                break
+            method, n, task, seed = same[0]
+            old = [saved.get((task.name, m, n, seed, args.ess_threshold)) for m, *_ in same]
+            rec = next((r for r in old if r is not None), None)
+            if rec is None:
+                rec = run_one(lm, task, method, n, seed, args.ess_threshold)
+                lml = "" if rec["log_ml"] is None else f" log_ml={rec['log_ml']:.1f}"
+                print(f"{task.name} {method} N={n} s={seed}: acc={rec['accuracy']:.2f} "
+                      f"empty={rec['empty']}{lml} {rec['wall_s']:.1f}s | {rec['best'][:70]!r}")
+                sys.stdout.flush()
+            for (m, *_), had in zip(same, old):
+                records.append({**rec, "method": m})
+                if sink and had is None:
+                    sink.write(json.dumps({**rec, "method": m}) + "\n")
+                    sink.flush()
     finally:
         if sink:
             sink.close()

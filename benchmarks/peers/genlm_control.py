@@ -29,7 +29,8 @@ Modes (``--mode``):
 
 json (default)
     The side-by-side benchmark's task file (``benchmarks/bench_sidebyside.py --export``): per
-    task, genlm-control's ``JsonSchema(schema)`` potential. A schema that genlm-control refuses
+    task, genlm-control's ``JsonSchema(schema)`` potential, N = ``--particles`` (default 10,
+    as in the first example of genlm-control's README), ESS threshold 0.5, seed ``--seeds``. A schema that genlm-control refuses
     (an exception while building the potential) is ``accepted: false`` with the error. One
     record per task is appended to ``--out`` as soon as it is done (fields of
     bench_sidebyside's records: ``text`` is the finished text of highest posterior mass,
@@ -293,6 +294,10 @@ async def run_patterns(args: argparse.Namespace) -> None:
             except asyncio.TimeoutError:
                 llm.model.reset_async_queries()
                 rec.update(status="timeout", seconds=time.perf_counter() - t0)
+            except Exception as e:  # an error while sampling fails this pattern only
+                llm.model.reset_async_queries()
+                rec.update(status="crash", error=f"{type(e).__name__}: {e}"[:500],
+                           seconds=time.perf_counter() - t0)
             else:
                 rec.update(status="ok" if out["posterior"] else "no_sample",
                            seconds=time.perf_counter() - t0, log_ml=out["log_z"],

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from smc.backends.prompts import TOOL_CALL_BEGIN, TOOL_CALL_END, tool_functions, tools_prompt
 from smc.core.errors import InvalidArgument, InvalidArgumentType
 from potentials.base import BytePotential
 from potentials.choice import Choice
@@ -33,10 +34,11 @@ from potentials.segments.potential import (
     Triggered,
 )
 
-#: the tool-call tags (Hermes style, also what vLLM's hermes parser reads); SmolLM2's shipped
-#: chat template has no tool section, so the format is stated in the system prompt
-TOOL_CALL_BEGIN, TOOL_CALL_END = "<tool_call>", "</tool_call>"
+# TOOL_CALL_BEGIN/END and tools_prompt live with the prompt rule (smc.backends.prompts), which
+# states the tools to a model whose chat template has no tool section, such as SmolLM2's
 THINK_BEGIN, THINK_END = "<think>", "</think>"
+#: whitespace a required tool call may follow (a model often opens with a line break)
+LEADING_SPACE = r"[ \t\n]{0,8}"
 
 #: the format types of the current structural tag form that ``structural_tag`` reads
 FORMAT_TYPES = ("const_string", "json_schema", "regex", "grammar", "choice", "any_text",
@@ -215,29 +217,6 @@ def _leading_text(fmt: Any, where: str) -> tuple[str, list[Part | BytePotential 
 
 
 # ---------------------------------------------------------------- OpenAI tools
-def _tool_functions(tools: Any) -> list[tuple[str, Any, Mapping[str, Any]]]:
-    """[(name, parameters schema, the function object)] of an OpenAI ``tools`` list."""
-    if not isinstance(tools, list) or not tools:
-        raise InvalidArgument("tools must be a non-empty list of {'type': 'function', 'function': {...}}")
-    out = []
-    for i, tool in enumerate(tools):
-        where = f"tools[{i}]"
-        if not isinstance(tool, Mapping):
-            raise InvalidArgumentType(f"{where} must be an object")
-        if tool.get("type", "function") != "function":
-            raise InvalidArgument(f"{where}.type must be 'function', got {tool.get('type')!r}")
-        fn = _field(tool, "function", where, dict)
-        name = _field(fn, "name", f"{where}.function")
-        params = fn.get("parameters", {"type": "object"})
-        if fn.get("strict") is False or params is None:
-            params = True  # OpenAI: arguments not checked against a schema
-        out.append((name, params, fn))
-    names = [n for n, _, _ in out]
-    if len(set(names)) != len(names):
-        raise InvalidArgument(f"tools name a function twice: {names!r}")
-    return out
-
-
 def call_schema(name: str, parameters: Any) -> dict[str, Any]:
     """The JSON Schema of one call's object: {"name": name, "arguments": <parameters>}."""
     return {"type": "object", "properties": {"name": {"const": name}, "arguments": parameters},
@@ -252,11 +231,12 @@ def tools_constraint(tools: Any, tool_choice: Any = "auto",
     written: each tool's call is a configuration of its own, and writing the name kills the
     others).
 
-    tool_choice: "auto" (zero or more calls), "required" (at least one), "none" (None: no
-    constraint from the tools), or {"type": "function", "function": {"name": N}} (at least one
-    call, each to N). ``parallel_tool_calls=False``: the output ends with the first call.
+    tool_choice: "auto" (zero or more calls), "required" (the output opens with a call, after
+    optional whitespace), "none" (None: no constraint from the tools), or {"type": "function",
+    "function": {"name": N}} (as "required", each call to N). ``parallel_tool_calls=False``: the
+    output ends with the first call; otherwise free text with further calls may follow it.
     """
-    functions = _tool_functions(tools)
+    functions = tool_functions(tools)
     if tool_choice is None:
         tool_choice = "auto"
     at_least_one = False
@@ -276,23 +256,19 @@ def tools_constraint(tools: Any, tool_choice: Any = "auto",
                               f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}")
     if not isinstance(parallel_tool_calls, bool):
         raise InvalidArgumentType(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
-    tags = [Tag(TOOL_CALL_BEGIN, schema_from_json(call_schema(name, params), f"tools[{name!r}].parameters"),
-                TOOL_CALL_END) for name, params, _ in functions]
-    return Segments([Triggered(tags, [TOOL_CALL_BEGIN], at_least_one=at_least_one,
-                               stop_after_first=not parallel_tool_calls)])
-
-
-def tools_prompt(tools: Any) -> str:
-    """A system message that states the tools and the call format (for templates without a
-    tool section, such as the embedded SmolLM2's)."""
-    functions = _tool_functions(tools)
-    listing = "\n".join(json.dumps({"name": n, "description": fn.get("description", ""),
-                                    "parameters": p}) for n, p, fn in functions)
-    return ("You are a function calling AI model. You may call one or more of these functions:\n"
-            f"<tools>\n{listing}\n</tools>\n"
-            "To call a function, write a JSON object with its name and arguments inside tags:\n"
-            f'{TOOL_CALL_BEGIN}{{"name": <function-name>, "arguments": <args-json-object>}}'
-            f"{TOOL_CALL_END}")
+    schemas = [call_schema(name, params) for name, params, _ in functions]
+    tags = [Tag(TOOL_CALL_BEGIN, schema_from_json(schema, f"tools[{name!r}].parameters"), TOOL_CALL_END)
+            for schema, (name, _, _) in zip(schemas, functions)]
+    if not at_least_one:
+        return Segments([Triggered(tags, [TOOL_CALL_BEGIN], stop_after_first=not parallel_tool_calls)])
+    # A required call opens the output (after optional whitespace), as OpenAI's "required" answers
+    # calls rather than text: free text before the first call would let a model that never writes
+    # the tag (a small one) spend the whole budget before it.
+    first = schema_from_json(schemas[0] if len(schemas) == 1 else {"anyOf": schemas}, "tools")
+    parts: list[Part | BytePotential | str] = [Regex(LEADING_SPACE), TOOL_CALL_BEGIN, first, TOOL_CALL_END]
+    if parallel_tool_calls:
+        parts.append(Triggered(tags, [TOOL_CALL_BEGIN]))
+    return Segments(parts)
 
 
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
@@ -339,7 +315,10 @@ def reasoning(answer: BytePotential | Part | str | None = None, max_bytes: int |
         raise InvalidArgument("reasoning's begin must be a string and its end a non-empty string")
     parts: list[Part | BytePotential | str] = [begin] if begin else []
     parts.append(FreeText(end, max_bytes))
-    parts.append(FreeText(None) if answer is None else answer)
+    if isinstance(answer, Segments):  # its parts in sequence: the same language, one level
+        parts.extend(answer.parts)
+    else:
+        parts.append(FreeText(None) if answer is None else answer)
     return Segments(parts)
 
 
@@ -358,15 +337,34 @@ def split_reasoning(text: str, begin: str = THINK_BEGIN,
     return rest[:k], rest[k + len(end):].lstrip()
 
 
+#: the JSON forms ``constraint_part`` reads
+PART_KINDS = ("regex", "grammar", "json_schema", "json_object", "choice", "segments",
+              "structural_tag", "tools")
+
+
 def constraint_part(spec: Any, where: str) -> BytePotential:
-    """A byte constraint from a small JSON form {"regex"|"grammar"|"json_schema"|"choice": V}
-    (the answer of a reasoning form, a segment of a segments form)."""
+    """A byte constraint from a JSON form {KIND: V}, KIND one of ``PART_KINDS`` (the answer of
+    a reasoning form, a segment of a segments form): {"json_object": true} is any JSON object,
+    {"tools": {...}} is ``tools_from_json`` (a tool_choice other than "none")."""
     if not isinstance(spec, Mapping) or len(spec) != 1:
-        raise InvalidArgument(f"{where} must be an object with one of the keys regex, grammar, "
-                              f"json_schema, choice; got {spec!r}")
+        raise InvalidArgument(f"{where} must be an object with one of the keys {', '.join(PART_KINDS)}; "
+                              f"got {spec!r}")
     kind, value = next(iter(spec.items()))
     if kind == "json_schema":
         return schema_from_json(value, f"{where}.json_schema")
+    if kind == "json_object":
+        if value is not True:
+            raise InvalidArgument(f"{where}.json_object must be true, got {value!r}")
+        return JSONSchema({"type": "object"})
+    if kind == "segments":
+        return segments_from_json(value)
+    if kind == "structural_tag":
+        return structural_tag(value)
+    if kind == "tools":
+        tools = tools_from_json(value)
+        if tools is None:
+            raise InvalidArgument(f"{where}.tools with tool_choice 'none' constrains nothing; give null")
+        return tools
     if kind == "choice":
         return Choice(value)
     if kind in ("regex", "grammar"):
@@ -376,7 +374,7 @@ def constraint_part(spec: Any, where: str) -> BytePotential:
             return Regex(value) if kind == "regex" else Grammar(value)
         except ValueError as e:
             raise InvalidArgument(f"{where}.{kind}: {e}") from None
-    raise InvalidArgument(f"{where} has the unknown key {kind!r}; use regex, grammar, json_schema or choice")
+    raise InvalidArgument(f"{where} has the unknown key {kind!r}; use {', '.join(PART_KINDS)}")
 
 
 def segments_from_json(items: Any) -> Segments:
@@ -384,7 +382,7 @@ def segments_from_json(items: Any) -> Segments:
     {"text": S}                                     the literal S
     {"free_text": {"stop": S, "max_bytes": B}}     free text ended by S (both optional; no
                                                     stop: to the end of the output)
-    {"regex"|"grammar"|"json_schema"|"choice": V}  a constraint."""
+    {KIND: V}                                       a constraint (``constraint_part``)."""
     if not isinstance(items, list) or not items:
         raise InvalidArgument("constraint segments must be a non-empty list")
     parts: list[Part | BytePotential | str] = []
@@ -429,7 +427,7 @@ def tools_from_json(spec: Any) -> Segments | None:
                             spec.get("parallel_tool_calls", True))
 
 
-__all__ = ["FORMAT_TYPES", "THINK_BEGIN", "THINK_END", "TOOL_CALL_BEGIN", "TOOL_CALL_END",
+__all__ = ["FORMAT_TYPES", "PART_KINDS", "THINK_BEGIN", "THINK_END", "TOOL_CALL_BEGIN", "TOOL_CALL_END",
            "call_schema", "constraint_part", "parse_tool_calls", "reasoning", "reasoning_from_json",
            "segments_from_json", "split_reasoning", "structural_tag", "tools_constraint",
            "tools_from_json", "tools_prompt"]

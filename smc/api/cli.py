@@ -1,6 +1,6 @@
 """Command line: ``python -m smc generate (--prompt TEXT | --messages FILE.json) [--system TEXT]
 (--regex R | --grammar F | --json-schema F | --choice S [S ...])``, ``python -m smc serve [--model NAME]
-[--backend hf|vllm] [--host H] [--port P] [--api-key KEY]`` (smc.api.server, docs/serving.md),
+[--backend hf|vllm] [--host H] [--port P] [--api-key KEY] [--reasoning]`` (smc.api.server, docs/serving.md),
 and ``python -m smc batch -i IN.jsonl -o OUT.jsonl [--ray [ADDRESS]]`` (smc.api.batch,
 smc.api.batch_ray, docs/batch.md).
 
@@ -28,7 +28,7 @@ from samplers import SAMPLERS
 from smc.api.batch import BatchSummary, arun_job, default_model_name, open_job, resolve_factory
 from smc.api.batch_ray import run_batch_ray
 from smc.api.generation import generate, run_sync
-from smc.api.openai import Limits
+from smc.api.openai import Limits, Reasoning
 from smc.api.request import Request
 from smc.api.server import EMBEDDED_NAME, serve
 from smc.backends.loading import load_lm
@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"most particles per request (default {Limits.max_particles})")
     s.add_argument("--max-running", type=int, default=Limits.max_running,
                    help=f"most runs at once; later requests wait (default {Limits.max_running})")
+    s.add_argument("--reasoning", action="store_true",
+                   help="chat answers think first (<think>...</think>, returned as reasoning_content) "
+                        "unless a request turns it off (reasoning: false, or chat_template_kwargs "
+                        "enable_thinking: false)")
+    s.add_argument("--reasoning-max-bytes", type=int, default=None, metavar="B",
+                   help="default bound on the reasoning's UTF-8 bytes (default: only max_tokens)")
     b = sub.add_parser("batch", help="answer an OpenAI batch file (JSONL), resumably")
     b.add_argument("-i", "--input", type=Path, required=True, metavar="IN.jsonl",
                    help='requests, one per line: {"custom_id", "method": "POST", "url", "body"}')
@@ -211,9 +217,11 @@ def _serve(args: argparse.Namespace) -> int:
     for flag, value in (("--max-particles", args.max_particles), ("--max-running", args.max_running)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.reasoning_max_bytes is not None and args.reasoning_max_bytes < 1:
+        raise ValueError(f"--reasoning-max-bytes must be >= 1, got {args.reasoning_max_bytes}")
     serve(args.model, args.backend, host=args.host, port=args.port, api_key=args.api_key,
           limits=Limits(max_particles=args.max_particles, max_running=args.max_running),
-          name=args.served_model_name)
+          name=args.served_model_name, reasoning=Reasoning(args.reasoning, args.reasoning_max_bytes))
     return 0
 
 

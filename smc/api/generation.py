@@ -81,7 +81,7 @@ def check_memory(particles: int, vocab_size: int) -> None:
 def prompt_ids_for(lm: LMBackend, request: Request) -> list[int]:
     """The prompt's ids by the one prompt rule (``encode_prompt``), checked so that
     len(ids) + max_tokens <= the model's context length."""
-    ids = encode_prompt(lm, request.prompt, request.chat)
+    ids = encode_prompt(lm, request.prompt, request.chat, request.tools)
     limit = getattr(lm, "max_context", None)
     if limit is not None and len(ids) + request.max_tokens > limit:
         raise InvalidArgument(
@@ -203,7 +203,8 @@ def rebuild_program(header: dict[str, Any], program_bytes: bytes, lm: LMBackend 
     except Exception as err:  # noqa: BLE001
         raise CheckpointError(f"cannot load the run's constraint: {type(err).__name__}: {err}") from None
     fields = {k: v for k, v in program["request"].items() if k not in ("python_only", "checkpoint", "constraint")}
-    request = Request(**dict(fields, prompt=program["prompt_ids"], constraint=constraint))
+    # the stored ids are the prompt as encoded, its tools included
+    request = Request(**dict(fields, prompt=program["prompt_ids"], constraint=constraint, tools=None))
     sampler = build_program(request, lm, program["prompt_ids"]).sampler
     out = dict(shared)
     for name, rec in header["shared"].items():

@@ -13,6 +13,12 @@ What a run answers. With finished samples x_i of normalized weights w̄_i the ru
 field ``"smc"`` carries log Ẑ (``log_ml``), the ESS and π̂ itself. A run with no finished
 sample (Ẑ = 0) is ``NoFinishedSample`` (status 422), never an empty or invalid answer.
 
+A chat body's ``tools``/``tool_choice``/``parallel_tool_calls`` and its reasoning switch
+(``reasoning``, or vLLM's ``chat_template_kwargs.enable_thinking``; the server's ``Reasoning``
+default otherwise) become one constraint of ``potentials.segments.forms`` (``{"tools": ...}``,
+inside ``{"reasoning": {"answer": ...}}`` when the call reasons) and the tools go into the
+prompt (``Request.tools``); the answer's message is read back by ``smc.api.assistant_message``.
+
 ``temperature: 0`` asks for argmax_x p(x) φ(x): the exact best-first search (method "top_k",
 one answer) within ``defaults.TOP1_MAX_EXPANSIONS`` expansions, else beam search of width
 ``defaults.TOP1_BEAM_WIDTH`` (a heuristic); ``smc.method`` says which answered.
@@ -30,8 +36,11 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from smc.api.generation import arun, check_memory, prompt_ids_for
+from potentials.segments.forms import tools_from_json
+from smc.api.assistant_message import REASONING_NAMES, assistant_message, final_fields, stream_fields
 from smc.api.request import Request, constraint_from_json
 from smc.backends.base import LMBackend
+from smc.backends.prompts import check_messages, tool_functions
 from smc.core import defaults
 from smc.core.errors import SearchBudgetExceeded, SmcSteerError
 from smc.core.logmath import NEG_INF, json_number
@@ -96,7 +105,6 @@ NEUTRAL = {
     "suffix": ((None, ""), "suffix is not supported"),
     "functions": ((None, []), "functions are not supported"),
     "function_call": ((None, "none"), "functions are not supported"),
-    "parallel_tool_calls": ((None, True, False), ""),
     "top_k": ((None, -1, 0), "top_k truncation is not supported; use top_p"),
     "min_p": ((None, 0, 0.0), "min_p is not supported; use top_p"),
     "min_tokens": ((None, 0), "min_tokens is not supported"),
@@ -116,7 +124,8 @@ GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choi
 
 COMMON = ("model", "max_tokens", "n", "seed", "temperature", "top_p", "stream", "stream_options",
           "response_format", "structured_outputs", *GUIDED, *SMC_FIELDS, *NEUTRAL)
-FIELDS = {"chat": ("messages", "max_completion_tokens", "tools", "tool_choice", *COMMON),
+FIELDS = {"chat": ("messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
+                   "reasoning", "chat_template_kwargs", *COMMON),
           "completion": ("prompt", *COMMON)}
 
 
@@ -131,9 +140,10 @@ class Call:
         stream: answer with server-sent events.
         include_usage: with stream, a last chunk carries usage (``stream_options``).
         most_probable: temperature 0 (top-1 search, beam search past its budget).
-        tool_call: the answer is a call of one of the request's tools (``tool_choice``
-            "required" or a named function): the constraint's output is
-            {"name": ..., "arguments": {...}}, answered as ``message.tool_calls``.
+        tools: the output is free text with ``<tool_call>`` calls (tool_choice other than
+            "none"), answered as ``message.tool_calls`` and the text around them.
+        reasoning: the output is ``<think>`` reasoning ``</think>`` then the answer, answered
+            as ``message.reasoning_content`` and the rest.
     """
 
     kind: str
@@ -142,7 +152,22 @@ class Call:
     stream: bool = False
     include_usage: bool = False
     most_probable: bool = False
-    tool_call: bool = False
+    tools: bool = False
+    reasoning: bool = False
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """The server's default for a chat request that does not say whether to reason first
+    (``python -m smc serve --reasoning [--reasoning-max-bytes B]``).
+
+    Attributes:
+        enabled: think-then-answer by default.
+        max_bytes: the default bound on the reasoning's UTF-8 bytes (None: only max_tokens).
+    """
+
+    enabled: bool = False
+    max_bytes: int | None = None
 
 
 # ---------------------------------------------------------------------------- request bodies
@@ -163,9 +188,11 @@ def parse_body(data: bytes, limits: Limits = Limits()) -> dict[str, Any]:
     return body
 
 
-def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limits = Limits()) -> Call:
-    """The Call a chat or completion body describes; ApiError naming the first problem (404 for
-    a model other than ``model_name``, else 400)."""
+def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limits = Limits(),
+               reasoning: Reasoning = Reasoning()) -> Call:
+    """The Call a chat or completion body describes (``reasoning``: the server's default for a
+    chat body that does not say); ApiError naming the first problem (404 for a model other than
+    ``model_name``, else 400)."""
     allowed = FIELDS[kind]
     for key in body:
         if key not in allowed:
@@ -234,14 +261,20 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
                            "top_p must then be 1 (or absent)", param="top_p")
         settings.update(method="top_k", particles=1, max_expansions=defaults.TOP1_MAX_EXPANSIONS)
     field, spec = _constraint(body, limits)
-    tool_spec = _tools(body) if kind == "chat" else None
+    tools, tool_spec = _tools(body, limits) if kind == "chat" else (None, None)
     if tool_spec is not None:
         if field is not None:
-            raise ApiError(f"two constraints in one request: tool_choice and {field}; give one",
-                           param=field, code="conflicting_constraints")
+            raise ApiError(f"two constraints in one request: tools (tool_choice "
+                           f"{body.get('tool_choice', 'auto')!r}) and {field}; give one, or send "
+                           "tool_choice \"none\"", param=field, code="conflicting_constraints")
         if stream:
-            raise ApiError("tool calls are not streamed; send stream: false", param="stream")
-        field, spec = "tools", safe_constraint("tools", tool_spec, limits)
+            raise ApiError("tool calls are not streamed; send stream: false (or tool_choice \"none\")",
+                           param="stream", code="unsupported_parameter")
+        field, spec = "tools", tool_spec
+    think, max_bytes = _reasoning(body, reasoning) if kind == "chat" else (False, None)
+    if think:
+        spec = {"reasoning": {"answer": spec, "max_bytes": max_bytes}}
+        field = "reasoning" if field is None else field
     try:
         constraint = constraint_from_json(spec)
     except (SmcSteerError, ValueError, TypeError) as e:
@@ -249,10 +282,11 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
     except RecursionError:
         raise ApiError(f"invalid {field}: nested too deeply", param=field, code="invalid_constraint") from None
     try:
-        request = Request(prompt, constraint, model=model_name, chat=chat, constraint_json=spec, **settings)
+        request = Request(prompt, constraint, model=model_name, chat=chat, constraint_json=spec,
+                          tools=tools, **settings)
     except (SmcSteerError, ValueError, TypeError) as e:
         raise ApiError(_one_line(e), param=_param_of(e, settings)) from None
-    return Call(kind, request, n, stream, include_usage, most_probable, tool_spec is not None)
+    return Call(kind, request, n, stream, include_usage, most_probable, tool_spec is not None, think)
 
 
 def _is_int(value: Any) -> bool:
@@ -288,7 +322,10 @@ def _prompt(body: Mapping[str, Any], kind: str) -> tuple[Any, bool | None]:
         messages = body["messages"]
         if not isinstance(messages, list) or not messages:
             raise ApiError("messages must be a non-empty list of {role, content} objects", param="messages")
-        return [_message(m, k) for k, m in enumerate(messages)], None
+        try:
+            return check_messages([_message(m, k) for k, m in enumerate(messages)], "messages"), None
+        except (SmcSteerError, ValueError, TypeError) as e:
+            raise ApiError(_one_line(e), param="messages") from None
     if "prompt" not in body:
         raise ApiError("prompt is required", param="prompt")
     prompt = body["prompt"]
@@ -303,15 +340,16 @@ def _prompt(body: Mapping[str, Any], kind: str) -> tuple[Any, bool | None]:
     raise ApiError("prompt must be a string, a list of one string, or a list of token ids", param="prompt")
 
 
-def _message(m: Any, k: int) -> dict[str, str]:
-    """A chat message as {"role", "content"}: content parts of type "text" are joined; any
-    other part or key is refused."""
+def _message(m: Any, k: int) -> dict[str, Any]:
+    """A chat message with its content parts of type "text" joined; any other part is refused
+    (the keys are checked with the prompt rule's ``check_messages``). An assistant message's
+    reasoning (an earlier answer sent back as it came) is not part of the prompt, as reasoning
+    models' own templates leave past reasoning out."""
     where = f"messages[{k}]"
     if not isinstance(m, dict):
         raise ApiError(f"{where} must be an object with role and content", param="messages")
-    extra = sorted(set(m) - {"role", "content"})
-    if extra:
-        raise ApiError(f"{where} has unsupported key {extra[0]!r}", param="messages")
+    if m.get("role") == "assistant":
+        m = {key: value for key, value in m.items() if key not in REASONING_NAMES}
     content = m.get("content")
     if isinstance(content, list):
         texts = []
@@ -320,8 +358,8 @@ def _message(m: Any, k: int) -> dict[str, str]:
                     or not isinstance(part["text"], str):
                 raise ApiError(f"{where}: only text content parts are supported", param="messages")
             texts.append(part["text"])
-        content = "".join(texts)
-    return {"role": m.get("role"), "content": content}
+        m = {**m, "content": "".join(texts)}
+    return m
 
 
 def _max_tokens(body: Mapping[str, Any], kind: str) -> int | None:
@@ -383,22 +421,25 @@ def safe_constraint(field: str, spec: dict[str, Any], limits: Limits) -> dict[st
     return spec
 
 
-def _tools(body: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The constraint of a forced tool call, or None when no call is asked for.
+def _tools(body: Mapping[str, Any], limits: Limits) -> tuple[list[Any] | None, dict[str, Any] | None]:
+    """(the tools the prompt states, the constraint's JSON form) of a chat body's ``tools``,
+    ``tool_choice`` and ``parallel_tool_calls``; ApiError naming the field at fault.
 
-    ``tool_choice: "required"`` (some tool) or ``{"type": "function", "function": {"name"}}``
-    (that one) makes the output the JSON object {"name": N, "arguments": A} with A valid under
-    N's ``parameters`` schema (anyOf over the tools allowed). ``"none"`` (or no tools) leaves the
-    answer text. ``"auto"`` (OpenAI's default when tools are given) would need the model to
-    choose between text and a call, which this server does not offer: a 400 saying so."""
+    The prompt states the tools whatever the choice (as OpenAI and vLLM do). The constraint is
+    ``potentials.segments.forms.tools_constraint``: free text with ``<tool_call>`` calls, each
+    call's arguments valid under its function's parameters; "auto" (the default) allows zero or
+    more calls, "required" or a named function at least one, "none" none (no constraint from
+    the tools); ``parallel_tool_calls: false`` ends the output with the first call."""
     tools, choice = body.get("tools"), body.get("tool_choice")
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise ApiError(f"parallel_tool_calls must be true or false, got {parallel!r}", param="parallel_tool_calls")
     if not tools:
         if choice not in (None, "none"):
             raise ApiError("tool_choice needs tools", param="tool_choice")
-        return None
+        return None, None
     if not isinstance(tools, list):
         raise ApiError("tools must be a list of function tools", param="tools")
-    schemas: dict[str, Any] = {}
     for k, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict) \
@@ -406,23 +447,55 @@ def _tools(body: Mapping[str, Any]) -> dict[str, Any] | None:
                 or set(fn) - {"name", "description", "parameters", "strict"}:
             raise ApiError(f"tools[{k}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
                            "\"description\"?, \"parameters\"?, \"strict\"?}}}}", param="tools")
-        params = fn.get("parameters", {"type": "object", "properties": {}})
-        schemas[fn["name"]] = params
-    if choice is None or choice == "auto":
-        raise ApiError("tool_choice \"auto\" (the default with tools) is not supported: this server "
-                       "answers either text or a forced call; send tool_choice \"required\", a named "
-                       "function, or \"none\"", param="tool_choice", code="unsupported_parameter")
-    if choice == "none":
-        return None
-    if choice != "required":
-        name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
-        if not isinstance(choice, dict) or choice.get("type") != "function" or name not in schemas:
-            raise ApiError(f"tool_choice must be \"none\", \"required\" or a function of tools, got {choice!r}",
-                           param="tool_choice")
-        schemas = {name: schemas[name]}
-    calls = [{"type": "object", "properties": {"name": {"const": n}, "arguments": p},
-              "required": ["name", "arguments"], "additionalProperties": False} for n, p in schemas.items()]
-    return {"json_schema": calls[0] if len(calls) == 1 else {"anyOf": calls}}
+    spec = {"tools": {"tools": tools, "tool_choice": "auto" if choice is None else choice,
+                      "parallel_tool_calls": True if parallel is None else parallel}}
+    safe_constraint("tools", spec, limits)
+    try:
+        tool_functions(tools)
+    except (SmcSteerError, ValueError, TypeError) as e:
+        raise ApiError(f"invalid tools: {_one_line(e)}", param="tools") from None
+    try:
+        constraint = tools_from_json(spec["tools"])
+    except (SmcSteerError, ValueError, TypeError) as e:
+        param = "tools" if str(e).startswith("tools") else "tool_choice"
+        raise ApiError(f"invalid {param}: {_one_line(e)}", param=param, code="invalid_constraint") from None
+    return tools, (None if constraint is None else spec)
+
+
+def _reasoning(body: Mapping[str, Any], default: Reasoning) -> tuple[bool, int | None]:
+    """(think first, the bound on the reasoning's bytes) of a chat body, ``default`` where it
+    does not say. Two spellings of the switch: ``reasoning: {"enabled", "max_bytes"}`` (true
+    or false stand for {"enabled": ...}) and vLLM's ``chat_template_kwargs: {"enable_thinking"}``
+    (or ``"thinking"``); given both, they must agree."""
+    enabled, max_bytes = None, default.max_bytes
+    given = body.get("reasoning")
+    if isinstance(given, bool):
+        given = {"enabled": given}
+    if given is not None:
+        if not isinstance(given, dict) or set(given) - {"enabled", "max_bytes"}:
+            raise ApiError("reasoning must be true, false or {\"enabled\": bool, \"max_bytes\": int}",
+                           param="reasoning")
+        enabled = given.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ApiError(f"reasoning.enabled must be true or false, got {enabled!r}", param="reasoning")
+        if given.get("max_bytes") is not None:
+            max_bytes = given["max_bytes"]
+            if not _is_int(max_bytes) or max_bytes < 1:
+                raise ApiError(f"reasoning.max_bytes must be an integer >= 1, got {max_bytes!r}",
+                               param="reasoning")
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None:
+        if not isinstance(kwargs, dict) or set(kwargs) - {"enable_thinking", "thinking"}:
+            raise ApiError("chat_template_kwargs may hold enable_thinking (or thinking) only: the "
+                           "template takes no other arguments here", param="chat_template_kwargs")
+        for key, value in kwargs.items():
+            if not isinstance(value, bool):
+                raise ApiError(f"chat_template_kwargs.{key} must be true or false", param="chat_template_kwargs")
+            if enabled is not None and value != enabled:
+                raise ApiError(f"chat_template_kwargs.{key}={value} contradicts reasoning "
+                               f"(enabled={enabled})", param="chat_template_kwargs")
+            enabled = value
+    return (default.enabled if enabled is None else enabled), max_bytes
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:
@@ -630,14 +703,10 @@ def response_body(call: Call, outcome: Outcome, model: str, id_: str | None = No
     choices = []
     for i, (text, prob, reason) in enumerate(zip(outcome.texts, outcome.probabilities, outcome.finish_reasons)):
         choice: dict[str, Any] = {"index": i}
-        if call.kind == "chat" and call.tool_call:
-            made = json.loads(text)
-            choice["message"] = {"role": "assistant", "content": None, "refusal": None, "tool_calls": [{
-                "id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-                "function": {"name": made["name"], "arguments": json.dumps(made["arguments"], ensure_ascii=False)}}]}
-            reason = "tool_calls"
-        elif call.kind == "chat":
-            choice["message"] = {"role": "assistant", "content": text, "refusal": None}
+        if call.kind == "chat":
+            choice["message"] = assistant_message(text, tools=call.tools, reasoning=call.reasoning)
+            if "tool_calls" in choice["message"]:
+                reason = "tool_calls"
         else:
             choice["text"] = text
         choice.update(finish_reason=reason, logprobs=None, posterior_probability=prob)
@@ -660,14 +729,22 @@ def chunk(call: Call, id_: str, created: int, model: str, choices: list[dict[str
             "created": created, "model": model, "choices": choices, **extra}
 
 
-def delta_choice(call: Call, index: int, text: str, finish_reason: str | None = None,
-                 first: bool = False, **extra: Any) -> dict[str, Any]:
-    if call.kind == "chat":
-        delta: dict[str, Any] = {"content": text} if text or first else {}
-        if first:
-            delta = {"role": "assistant", **delta}
-        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason, **extra}
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason, **extra}
+def delta_choice(call: Call, index: int, sent: str, text: str, finish_reason: str | None = None,
+                 first: bool = False, final: bool = False, **extra: Any) -> dict[str, Any]:
+    """One streamed choice: what the output ``text`` (a settled prefix, or with ``final`` the
+    whole output) adds to the ``sent`` prefix, as a chat delta of message fields (reasoning
+    and content: ``smc.api.assistant_message``) or a completion's text."""
+    if call.kind != "chat":
+        return {"index": index, "text": text[len(sent):], "logprobs": None, "finish_reason": finish_reason, **extra}
+    before = stream_fields(sent, reasoning=call.reasoning)
+    after = (final_fields if final else stream_fields)(text, reasoning=call.reasoning)
+    delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+    for key, value in after.items():
+        added = value[len(before[key]):]
+        if added:
+            names = REASONING_NAMES if key == "reasoning_content" else (key,)
+            delta.update(dict.fromkeys(names, added))
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason, **extra}
 
 
 def settled_text(run: Run) -> str:

@@ -27,18 +27,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from potentials import Grammar, JSONSchema, Regex
-from potentials.choice import Choice
-from potentials.segments.forms import (
-    reasoning_from_json,
-    schema_from_json,
-    segments_from_json,
-    structural_tag,
-    tools_from_json,
-)
+from potentials.segments.forms import constraint_part, reasoning_from_json, tools_from_json
 from potentials.base import BytePotential, Potential
 from samplers import SAMPLERS
-from smc.backends.prompts import Prompt, prompt_kind
+from smc.backends.prompts import Prompt, prompt_kind, tool_functions
 from smc.backends.tempered import check_sampling
 from smc.core import defaults
 from smc.core.errors import InvalidArgument, InvalidArgumentType
@@ -110,27 +102,11 @@ def constraint_from_json(spec: Any) -> Potential | None:
             f"a constraint has exactly one kind, got {len(spec)}: {', '.join(spec) or 'none'}"
         )
     kind, value = next(iter(spec.items()))
-    if kind in ("regex", "grammar"):
-        if not isinstance(value, str):
-            raise InvalidArgumentType(f"constraint {kind} must be a string, got {type(value).__name__}")
-        return Regex(value) if kind == "regex" else Grammar(value)
-    if kind == "json_schema":
-        return schema_from_json(value, "constraint json_schema")
-    if kind == "json_object":
-        if value is not True:
-            raise InvalidArgument(f"constraint json_object must be true, got {value!r}")
-        return JSONSchema({"type": "object"})
-    if kind == "segments":
-        return segments_from_json(value)
-    if kind == "structural_tag":
-        return structural_tag(value)
-    if kind == "tools":
+    if kind == "tools":  # tool_choice "none" is no constraint here, where null is one
         return tools_from_json(value)
     if kind == "reasoning":
         return reasoning_from_json(value)
-    if not isinstance(value, list) or not value or not all(isinstance(s, str) for s in value):
-        raise InvalidArgument("constraint choice must be a non-empty list of strings")
-    return Choice(value)
+    return constraint_part(spec, "constraint")
 
 
 @dataclass(frozen=True)
@@ -165,6 +141,9 @@ class Request:
         critic: a log twist psi(particle) guiding resampling (Python only).
         checkpoint: a file the run's state is written to after every step (Python and CLI only).
         chat: apply the LM's chat template to a text prompt (None: when the LM has one).
+        tools: OpenAI function tools the prompt states (the chat template's tool section, else
+            a system message: ``smc.backends.prompts``), or None. They inform the model only;
+            a constraint such as ``{"tools": {...}}`` makes its calls well-formed.
         temperature: T > 0; the target's LM is the per-step tempered softmax(logits / T)
             (``smc.backends.tempered``; 1: the model itself).
         top_p: P in (0, 1]; the target's LM is truncated per step to the smallest set of most
@@ -195,6 +174,7 @@ class Request:
     chat: bool | None = None
     temperature: float = defaults.TEMPERATURE
     top_p: float = defaults.TOP_P
+    tools: list[Mapping[str, Any]] | None = None
     #: the constraint's JSON form when it was given as one (read by ``to_json``)
     constraint_json: Mapping[str, Any] | None = field(default=None, repr=False)
 
@@ -267,6 +247,15 @@ class Request:
                 raise InvalidArgument(f"checkpoint is for method='smc' runs, not method={self.method!r}")
             _checked(check_path, self.checkpoint)
         set_("chat", optional_bool(self.chat, "chat"))
+        if self.tools is not None:
+            try:  # a copy of its JSON form: the Request holds no caller's mutable list
+                set_("tools", json.loads(json.dumps(self.tools)))
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentType(f"tools is not JSON: {e}") from None
+            _checked(tool_functions, self.tools)
+            if prompt_kind(self.prompt) == "ids" or self.chat is False:
+                raise InvalidArgument("tools are stated through the chat template: they need a text "
+                                      "prompt (with chat not False) or chat messages")
         temperature, top_p = _checked(check_sampling, self.temperature, self.top_p)
         set_("temperature", temperature)
         set_("top_p", top_p)
@@ -324,6 +313,7 @@ class Request:
                 value = [dict(m) if isinstance(m, Mapping) else int(m) for m in value]
             elif name == "sampler_options":
                 value = dict(value)
+
             out[name] = value
         if self.critic is not None:
             python_only.append("critic")
@@ -347,7 +337,7 @@ RESOLVED = ("islands", "lookahead", "n_beam", "max_expansions")
 #: the fields a request's JSON form may hold
 JSON_FIELDS = ("prompt", "constraint", "model", "particles", "max_tokens", "seed", "sampler",
                "sampler_options", "ess_threshold", "resampling", "islands", "finish_share",
-               "lookahead", "method", "n_beam", "max_expansions", "chat", "temperature", "top_p")
+               "lookahead", "method", "n_beam", "max_expansions", "chat", "temperature", "top_p", "tools")
 #: the fields that exist only in Python (or, for checkpoint, the local CLI)
 PYTHON_FIELDS = ("critic", "checkpoint", "constraint_json")
 #: every setting besides the prompt and the constraint, as keyword arguments of ``generate``

@@ -27,9 +27,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
 
-from smc.api.openai import (ApiError, Call, Limits, Outcome, chunk, delta_choice, dumps, new_id, parse_body,
-                            parse_call, preflight, response_body, run_call, settled_text, smc_field,
-                            usage)
+from smc.api.openai import (ApiError, Call, Limits, Outcome, Reasoning, chunk, delta_choice, dumps, new_id,
+                            parse_body, parse_call, preflight, response_body, run_call, settled_text,
+                            smc_field, usage)
 from smc.backends.base import LMBackend
 from smc.backends.loading import load_lm
 from smc.core.errors import SmcSteerError
@@ -82,9 +82,10 @@ async def until_disconnect(http: HttpRequest, work: Awaitable[T]) -> T:
 
 
 def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
-               limits: Limits = Limits()) -> FastAPI:
+               limits: Limits = Limits(), reasoning: Reasoning = Reasoning()) -> FastAPI:
     """The ASGI app serving ``lm`` under ``model_name``; with ``api_key``, every route but
-    ``/health`` needs ``Authorization: Bearer <api_key>`` (else 401)."""
+    ``/health`` needs ``Authorization: Bearer <api_key>`` (else 401); ``reasoning``: the
+    default of chat requests that do not say whether to think first."""
     app = FastAPI(title="smc-steer", docs_url=None, redoc_url=None, openapi_url=None)
     created = int(time.time())
     slots = asyncio.Semaphore(limits.max_running)
@@ -156,7 +157,7 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
     async def complete(http: HttpRequest, kind: str) -> Any:
         authorize(http)
         body = await read_body(http)
-        call = parse_call(body, kind, model_name, limits)
+        call = parse_call(body, kind, model_name, limits, reasoning)
         try:
             preflight(call, lm)
         except (SmcSteerError, ValueError, TypeError) as e:
@@ -194,7 +195,7 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
         sent = ""
         try:
             yield event(chunk(call, id_, made, model_name,
-                              [delta_choice(call, i, "", first=True) for i in range(call.n)]))
+                              [delta_choice(call, i, "", "", first=True) for i in range(call.n)]))
             while True:
                 getter = asyncio.ensure_future(updates.get())
                 done, _ = await asyncio.wait({task, getter, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -207,7 +208,7 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
                     break
                 text = getter.result()
                 yield event(chunk(call, id_, made, model_name,
-                                  [delta_choice(call, i, text[len(sent):]) for i in range(call.n)]))
+                                  [delta_choice(call, i, sent, text) for i in range(call.n)]))
                 sent = text
             try:
                 outcome = task.result()
@@ -228,7 +229,7 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
                                          type="internal_server_error").body())
                     yield "data: [DONE]\n\n"
                     return
-            last_choices = [delta_choice(call, i, text[len(sent):], outcome.finish_reasons[i],
+            last_choices = [delta_choice(call, i, sent, text, outcome.finish_reasons[i], final=True,
                                          posterior_probability=outcome.probabilities[i])
                             for i, text in enumerate(outcome.texts)]
             yield event(chunk(call, id_, made, model_name, last_choices, smc=smc_field(call, outcome)))
@@ -252,9 +253,10 @@ def create_app(lm: LMBackend, model_name: str, *, api_key: str | None = None,
 
 
 def serve(model: str | None = None, backend: str = "hf", *, host: str = "127.0.0.1", port: int = 8000,
-          api_key: str | None = None, limits: Limits = Limits(), name: str | None = None) -> None:
+          api_key: str | None = None, limits: Limits = Limits(), name: str | None = None,
+          reasoning: Reasoning = Reasoning()) -> None:
     """Load ``model`` (default: the embedded one) and serve it until interrupted."""
     lm = load_lm(model, backend=backend)
     served = name or (EMBEDDED_NAME if model is None else str(model))
-    app = create_app(lm, served, api_key=api_key, limits=limits)
+    app = create_app(lm, served, api_key=api_key, limits=limits, reasoning=reasoning)
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -10,7 +10,7 @@ their own, e.g. a toy LM):
                                              normalized (logsumexp == 0)
     async batch_next_token_logprobs(batch)   the same for many contexts: 2-D tensor, one row each
 
-Optional members (with the library's backends that have them); the library uses the first six
+Optional members (with the library's backends that have them); the library uses the first seven
 when present, ``clear_cache`` and ``close`` are for the user:
 
     stats: dict[str, int]                    named counters, at least ``COUNTERS``   all four
@@ -25,6 +25,9 @@ when present, ``clear_cache`` and ``close`` are for the user:
                                              batch_next_token_logprobs)
     is_chat: bool                            the tokenizer has a chat template       HF, vLLM, MLX, ToyLM(chat_template=)
     encode_chat(prompt, system=None)         prompt ids with the chat template       HF, vLLM, MLX, ToyLM(chat_template=)
+    chat_takes_tools: bool                   the template renders tools:             HF, vLLM, MLX
+                                             encode_chat(..., tools=) (else the
+                                             prompt rule writes them as text)
     clear_cache()                            forget cached states and rows           HF, MLX
     close()                                  release the engine (idempotent)         vLLM
 

@@ -16,10 +16,27 @@ and ``encode_prompt(lm, prompt, chat)`` turns it into the token ids the LM is co
     ids(ids)      = ids
 
 ``encode_chat(text)`` is the single user turn ``[{"role": "user", "content": text}]``.
+
+Tools. ``encode_prompt(lm, prompt, chat, tools)`` with OpenAI function ``tools`` states them in
+the prompt (text or messages; never token ids), the way the model was trained to read them:
+
+    the template takes tools  (``lm.chat_takes_tools``: a Hugging Face template that reads a
+                              ``tools`` variable)  ->  lm.encode_chat(messages, tools=tools)
+    else                      ->  lm.encode_chat(plain_messages(messages, tools)):
+                                  ``tools_prompt(tools)`` added to the system message
+
+A conversation may hold an agent loop's history: assistant messages with ``tool_calls`` (OpenAI
+shape; content may be null) and ``tool`` messages answering them. A template that takes tools
+receives them as they are (arguments as objects, as Hugging Face templates expect); for one
+that does not, ``plain_messages`` writes each call as the text the model is told to write,
+``<tool_call>{"name": N, "arguments": ARGS}</tool_call>``, and each run of tool results as one
+user turn of ``<tool_response>`` blocks.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import numpy as np
@@ -33,6 +50,17 @@ Prompt = Union[str, Sequence[Mapping[str, str]], Sequence[int]]
 
 #: roles a chat message may have (a typo such as "usr" is an error, not a silent new role)
 ROLES = ("system", "developer", "user", "assistant", "tool")
+
+#: the tool-call tags (Hermes style, also what vLLM's hermes parser reads): what a model whose
+#: template has no tool section is told to write (``tools_prompt``), and how its past calls are
+#: written back into a conversation (``plain_messages``)
+TOOL_CALL_BEGIN, TOOL_CALL_END = "<tool_call>", "</tool_call>"
+TOOL_RESPONSE_BEGIN, TOOL_RESPONSE_END = "<tool_response>", "</tool_response>"
+#: keys a message may have besides role and content, by role
+EXTRA_KEYS = {"assistant": ("tool_calls",), "tool": ("tool_call_id", "name")}
+
+#: a template that reads the variable ``tools`` (jinja: ``{% if tools %}``, ``tools | length``, ...)
+_TOOLS_VARIABLE = re.compile(r"\btools\b")
 
 _KINDS = "a prompt is text, a list of chat messages ({'role', 'content'} dicts) or token ids"
 
@@ -52,10 +80,12 @@ def check_text(value: Any, name: str) -> str:
     return value
 
 
-def check_messages(messages: Any, name: str = "prompt") -> list[dict[str, str]]:
-    """``messages`` as a new list of ``{"role", "content"}`` dicts, or TypeError/ValueError naming
-    the first bad message: the list must be non-empty, every message a dict with exactly the keys
-    ``role`` (one of ROLES) and ``content`` (valid Unicode text)."""
+def check_messages(messages: Any, name: str = "prompt") -> list[dict[str, Any]]:
+    """``messages`` as a new list of checked message dicts, or TypeError/ValueError naming the
+    first bad message: the list must be non-empty, every message a dict with ``role`` (one of
+    ROLES) and ``content`` (valid Unicode text), and no other key but, for an assistant,
+    ``tool_calls`` (then content may be null or absent: it becomes "") and, for a tool result,
+    ``tool_call_id`` and ``name``. A call's arguments (JSON text or an object) come back parsed."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidArgumentType(
             f"{name} must be a list of chat messages ({{'role', 'content'}} dicts), "
@@ -71,16 +101,127 @@ def check_messages(messages: Any, name: str = "prompt") -> list[dict[str, str]]:
                 f"{where} must be a chat message, a dict with 'role' and 'content', "
                 f"got {type(m).__name__}"
             )
-        missing = [key for key in ("role", "content") if key not in m]
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        missing = [key for key in ("role", "content") if key not in m and not (key == "content" and calls)]
         if missing:
             raise InvalidArgument(f"{where} has no {' and no '.join(repr(key) for key in missing)}")
-        extra = sorted(map(str, set(m) - {"role", "content"}))
-        if extra:
-            raise InvalidArgument(f"{where} has keys other than 'role' and 'content': {extra}")
         role = check_text(m["role"], f"{where}['role']")
         if role not in ROLES:
             raise InvalidArgument(f"{where} has role {role!r}; a role is one of {', '.join(ROLES)}")
-        out.append({"role": role, "content": check_text(m["content"], f"{where}['content']")})
+        allowed = ("role", "content", *EXTRA_KEYS.get(role, ()))
+        extra = sorted(map(str, set(m) - set(allowed)))
+        if extra:
+            names = ", ".join(repr(a) for a in allowed[:-1]) + f" and {allowed[-1]!r}"
+            raise InvalidArgument(f"{where} has keys other than {names}: {extra}")
+        content = m.get("content")
+        message: dict[str, Any] = {
+            "role": role, "content": "" if content is None and calls else check_text(content, f"{where}['content']")}
+        if "tool_calls" in m:
+            message["tool_calls"] = _check_calls(m["tool_calls"], f"{where}['tool_calls']")
+        for key in ("tool_call_id", "name"):
+            if key in m:
+                message[key] = check_text(m[key], f"{where}[{key!r}]")
+        out.append(message)
+    return out
+
+
+def _check_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls`` (OpenAI shape), arguments parsed from JSON text."""
+    if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)) or not calls:
+        raise InvalidArgumentType(f"{where} must be a non-empty list of tool calls")
+    out = []
+    for i, call in enumerate(calls):
+        at = f"{where}[{i}]"
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping) or call.get("type", "function") != "function" \
+                or set(call) - {"id", "type", "function"} or set(fn) - {"name", "arguments"}:
+            raise InvalidArgument(f"{at} must be {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}")
+        arguments = fn.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError as e:
+                raise InvalidArgument(f"{at}.function.arguments is not valid JSON: {e}") from None
+        if not isinstance(arguments, Mapping):
+            raise InvalidArgumentType(f"{at}.function.arguments must be a JSON object, got {arguments!r}")
+        checked: dict[str, Any] = {"type": "function", "function": {
+            "name": check_text(fn.get("name"), f"{at}.function.name"), "arguments": dict(arguments)}}
+        if "id" in call:
+            checked["id"] = check_text(call["id"], f"{at}.id")
+        out.append(checked)
+    return out
+
+
+def tool_functions(tools: Any) -> list[tuple[str, Any, Mapping[str, Any]]]:
+    """[(name, parameters schema, the function object)] of an OpenAI ``tools`` list, or
+    InvalidArgument(Type) naming the bad entry. The schema is True (arguments unchecked) for a
+    function with ``strict: false`` or null parameters, as OpenAI reads them."""
+    if not isinstance(tools, list) or not tools:
+        raise InvalidArgument("tools must be a non-empty list of {'type': 'function', 'function': {...}}")
+    out = []
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(tool, Mapping):
+            raise InvalidArgumentType(f"{where} must be an object")
+        if tool.get("type", "function") != "function":
+            raise InvalidArgument(f"{where}.type must be 'function', got {tool.get('type')!r}")
+        fn = tool.get("function")
+        if not isinstance(fn, Mapping):
+            raise InvalidArgumentType(f"{where}.function must be an object, got {fn!r}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentType(f"{where}.function.name must be a non-empty string, got {name!r}")
+        params = fn.get("parameters", {"type": "object"})
+        if fn.get("strict") is False or params is None:
+            params = True
+        out.append((name, params, fn))
+    names = [n for n, _, _ in out]
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"tools name a function twice: {names!r}")
+    return out
+
+
+def tools_prompt(tools: Any) -> str:
+    """A system message that states the tools and the call format (for templates without a
+    tool section, such as the embedded SmolLM2's)."""
+    listing = "\n".join(json.dumps({"name": n, "description": fn.get("description", ""), "parameters": p})
+                        for n, p, fn in tool_functions(tools))
+    return ("You are a function calling AI model. You may call one or more of these functions:\n"
+            f"<tools>\n{listing}\n</tools>\n"
+            "To call a function, write a JSON object with its name and arguments inside tags:\n"
+            f'{TOOL_CALL_BEGIN}{{"name": <function-name>, "arguments": <args-json-object>}}'
+            f"{TOOL_CALL_END}")
+
+
+def plain_messages(messages: Sequence[Mapping[str, Any]], tools: Any = None) -> list[dict[str, str]]:
+    """Checked ``messages`` as ``{"role", "content"}`` turns for a template without a tool
+    section: ``tools_prompt(tools)`` ends the system message (one is put first if there is
+    none), an assistant's calls are appended to its text as ``<tool_call>`` blocks, and each
+    run of consecutive tool messages becomes one user turn of ``<tool_response>`` blocks."""
+    out: list[dict[str, str]] = []
+    previous = None
+    for m in messages:
+        content = m["content"]
+        if m.get("tool_calls"):
+            calls = "\n".join(TOOL_CALL_BEGIN + json.dumps({"name": c["function"]["name"],
+                                                            "arguments": c["function"]["arguments"]})
+                              + TOOL_CALL_END for c in m["tool_calls"])
+            content = f"{content}\n{calls}" if content else calls
+        if m["role"] == "tool":
+            block = f"{TOOL_RESPONSE_BEGIN}\n{content}\n{TOOL_RESPONSE_END}"
+            if previous == "tool":
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block})
+        else:
+            out.append({"role": m["role"], "content": content})
+        previous = m["role"]
+    if tools is not None:
+        text = tools_prompt(tools)
+        if out[0]["role"] == "system":
+            out[0]["content"] = f"{out[0]['content']}\n\n{text}" if out[0]["content"] else text
+        else:
+            out.insert(0, {"role": "system", "content": text})
     return out
 
 
@@ -109,7 +250,7 @@ def prompt_kind(prompt: Any, name: str = "prompt") -> str:
     return "ids"
 
 
-def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> list[int]:
+def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None, tools: Any = None) -> list[int]:
     """The token ids ``lm`` is conditioned on for ``prompt`` (the rule in the module docstring).
 
     Args:
@@ -120,6 +261,8 @@ def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> li
             it exactly when the LM has one. Messages always go through the
             template and token ids never do, so chat=False with messages and chat=True with ids
             are errors rather than silently ignored.
+        tools: OpenAI function tools the prompt states (module docstring), or None. They need
+            a prompt that goes through the chat template (text or messages).
 
     Messages need an LM with a chat template: without one they are an error (no plain rendering
     is guessed, since the model was not trained on one). On a Hugging Face tokenizer the
@@ -135,7 +278,15 @@ def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> li
     kind = prompt_kind(prompt)
     # a backend that has encode_chat but does not say is_chat is taken to have a template
     has_template = hasattr(lm, "encode_chat") and bool(getattr(lm, "is_chat", True))
-    if kind == "text":
+    if tools is not None:
+        tool_functions(tools)
+        if kind == "ids" or (kind == "text" and chat is False) or not has_template:
+            raise InvalidArgument(
+                "tools are stated through the chat template: they need a text or messages prompt "
+                f"and an LM with a chat template (chat={chat!r}, prompt of {kind}, "
+                f"{type(lm).__name__} {'has one' if has_template else 'has none'})")
+        ids = chat_ids(lm, chat_messages(prompt), tools)
+    elif kind == "text":
         use_chat = has_template if chat is None else chat
         if not use_chat:
             ids = list(lm.encode(prompt))
@@ -154,7 +305,7 @@ def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> li
                 f"the prompt is a list of chat messages but the LM ({type(lm).__name__}) has no "
                 "chat template; pass the prompt as a string or as token ids"
             )
-        ids = list(lm.encode_chat(check_messages(prompt)))
+        ids = chat_ids(lm, check_messages(prompt), None)
     else:
         if chat:
             raise InvalidArgument(
@@ -176,6 +327,14 @@ def encode_prompt(lm: LMBackend, prompt: Prompt, chat: bool | None = None) -> li
     return ids
 
 
+def chat_ids(lm: LMBackend, messages: list[dict[str, Any]], tools: Any) -> list[int]:
+    """The ids of checked ``messages`` (and ``tools``) through ``lm``'s chat template: as they
+    are where the template takes tools, else as ``plain_messages``."""
+    if getattr(lm, "chat_takes_tools", False):
+        return list(lm.encode_chat(messages, tools=tools))
+    return list(lm.encode_chat(plain_messages(messages, tools)))
+
+
 def _check_empty_ok(lm: LMBackend) -> None:
     """ValueError when ``lm`` rejects the empty context (its own ``check_ids`` says so)."""
     check = getattr(lm, "check_ids", None)
@@ -191,8 +350,8 @@ def _check_empty_ok(lm: LMBackend) -> None:
 
 
 def chat_messages(
-    prompt: str | Sequence[Mapping[str, str]], system: str | None = None
-) -> list[dict[str, str]]:
+    prompt: str | Sequence[Mapping[str, Any]], system: str | None = None
+) -> list[dict[str, Any]]:
     """The conversation ``encode_chat(prompt, system)`` renders: ``prompt`` as one user turn
     when it is text, else the checked messages; a ``system`` turn first when given (an error
     when the messages already start with one)."""
@@ -217,6 +376,15 @@ class TokenizerPrompts:
         """Whether the tokenizer has a chat template (then ``encode_chat`` works)."""
         return bool(getattr(self.tokenizer, "chat_template", None))
 
+    @property
+    def chat_takes_tools(self) -> bool:
+        """Whether the chat template renders tools: it reads a ``tools`` variable (a template
+        set whose ``tool_use`` template does counts, as transformers then picks that one)."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        if isinstance(template, Mapping):
+            template = template.get("tool_use", template.get("default"))
+        return isinstance(template, str) and _TOOLS_VARIABLE.search(template) is not None
+
     def encode(self, text: str) -> list[int]:
         """Token ids of plain ``text`` (no chat template); BOS only if the tokenizer adds one."""
         if not isinstance(text, str):
@@ -224,25 +392,33 @@ class TokenizerPrompts:
         return list(self.tokenizer(text)["input_ids"])
 
     def encode_chat(
-        self, prompt: str | Sequence[Mapping[str, str]], system: str | None = None
+        self, prompt: str | Sequence[Mapping[str, Any]], system: str | None = None, tools: Any = None
     ) -> list[int]:
         """Token ids of a conversation in the chat template, ready for the assistant's reply.
 
         Args:
-            prompt: the user's text (one user turn), or a list of ``{"role", "content"}``
-                messages (checked by ``check_messages``). A last assistant message is continued,
-                not closed, so the reply extends its text.
+            prompt: the user's text (one user turn), or a list of chat messages (checked by
+                ``check_messages``). A last assistant message is continued, not closed, so the
+                reply extends its text.
             system: text of a system turn put first (an error if the messages already start
                 with one).
+            tools: OpenAI function tools, given to the template (``apply_chat_template(...,
+                tools=...)``); only for a template that renders them (``chat_takes_tools``).
         """
         if not self.is_chat:
             raise InvalidArgument("this tokenizer has no chat template; use encode(text)")
         messages = chat_messages(prompt, system)
+        if tools is not None:
+            tool_functions(tools)
+            if not self.chat_takes_tools:
+                raise InvalidArgument("this chat template has no tool section; state the tools with "
+                                      "encode_prompt(..., tools=...), which writes them in the system message")
         prefill = messages[-1]["role"] == "assistant"
+        extra = {} if tools is None else {"tools": list(tools)}
         try:
             rendered = self.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=not prefill,
-                continue_final_message=prefill,
+                continue_final_message=prefill, **extra,
             )
         except Exception as e:  # noqa: BLE001 - a template's own refusal (jinja2 TemplateError, ...)
             roles = ", ".join(m["role"] for m in messages)

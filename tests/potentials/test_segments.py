@@ -207,8 +207,12 @@ async def test_tools_constraint_modes():
     required = tools_constraint(tools, "required", parallel_tool_calls=False)
     assert await required.complete(b"hello") == NEG_INF and await required.complete(call_g) == 0.0
     assert await required.prefix(call_g + b" ") == NEG_INF
+    assert await required.prefix(b"Sure") == NEG_INF  # a required call opens the output
+    assert await required.complete(b"\n" + call_f) == 0.0
     named = tools_constraint(tools, {"type": "function", "function": {"name": "f"}})
     assert await named.complete(call_f) == 0.0 and await named.prefix(call_g[:24]) == NEG_INF
+    assert await named.complete(call_f + b" then " + call_f) == 0.0  # parallel: text, more calls
+    assert await named.complete(call_f + b" then " + call_g) == NEG_INF
     assert tools_constraint(tools, "none") is None
 
 

@@ -55,7 +55,7 @@ def test_a_request_is_frozen_and_replace_validates_again():
     (dict(model=3), TypeError, "model must be a string"),
     (dict(constraint={"regex": "a", "grammar": "b"}), ValueError, "exactly one kind"),
     (dict(constraint={"xml": "a"}), ValueError, "unknown constraint kind 'xml'"),
-    (dict(constraint={"choice": []}), ValueError, "non-empty list of strings"),
+    (dict(constraint={"choice": []}), ValueError, "Choice needs at least one option"),
     (dict(constraint={"json_schema": "{not json"}), ValueError, "not valid JSON"),
     (dict(constraint={"segments": []}), ValueError, "non-empty list"),
     (dict(constraint={"segments": [{"free_text": {}}, {"text": "x"}]}), ValueError, "without a stop"),
@@ -121,7 +121,7 @@ async def test_new_constraint_kinds_mean_what_they_say():
          (b'hi <function=add>{"a": 1, "b": 2}</function> bye', False, False), (b"hi", False, True)],
         [(b'<tool_call>{"name": "echo", "arguments": {"text": "a"}}</tool_call>', True, True),
          (b'<tool_call>{"name": "add", "arguments": {"text"', False, False),
-         (b'<tool_call>{"name": "mul', False, False), (b"no call", False, True)],
+         (b'<tool_call>{"name": "mul', False, False), (b"no call", False, False), (b"\n<tool_call>{\"name\": \"add", False, True)],
         [(b"<think>hmm</think>yes", True, True), (b"<think>" + b"h" * 21, False, False),
          (b"<think>hmm</think>maybe", False, False), (b"<think>hmm</think>n", False, True)],
     ]

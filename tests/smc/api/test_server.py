@@ -215,7 +215,6 @@ def test_stream_error_before_and_after_the_start(client):
     ({"logit_bias": {"1": 5}}, "logit_bias"),
     ({"logprobs": True}, "logprobs"),
     ({"stop": ["\n"]}, "stop"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice"),
     ({"checkpoint": "/tmp/x"}, "checkpoint"),
     ({"critic": "x"}, "critic"),
     ({"chat": True}, "chat"),
@@ -379,42 +378,3 @@ def test_an_internal_failure_is_a_500_object_and_the_server_goes_on():
     chunks = events(completion(c, prompt="!", stream=True))
     assert chunks[-1]["error"]["type"] == "internal_server_error"
     assert completion(c, structured_outputs={"regex": "[0-9]"}).status_code == 200
-
-
-TOOLS = [{"type": "function", "function": {"name": "add", "description": "add two numbers", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}}},
-    {"type": "function", "function": {"name": "yes"}}]
-
-
-@pytest.mark.parametrize("choice,names", [("required", {"add", "yes"}),
-                                          ({"type": "function", "function": {"name": "add"}}, {"add"})])
-def test_forced_tool_calls(client, choice, names):
-    r = chat(client, tools=TOOLS, tool_choice=choice, particles=8, max_tokens=48, n=2)
-    assert r.status_code == 200, r.text
-    for c in r.json()["choices"]:
-        assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None
-        (tc,) = c["message"]["tool_calls"]
-        assert tc["type"] == "function" and tc["id"].startswith("call_") and tc["function"]["name"] in names
-        args = json.loads(tc["function"]["arguments"])
-        if tc["function"]["name"] == "add":
-            assert isinstance(args["a"], int)
-
-
-@pytest.mark.parametrize("body,param", [
-    ({"tools": TOOLS}, "tool_choice"),
-    ({"tools": TOOLS, "tool_choice": "auto"}, "tool_choice"),
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-    ({"tool_choice": "required"}, "tool_choice"),
-    ({"tools": [{"type": "retrieval"}], "tool_choice": "required"}, "tools"),
-    ({"tools": TOOLS, "tool_choice": "required", "stream": True}, "stream"),
-    ({"tools": TOOLS, "tool_choice": "required", "structured_outputs": {"regex": "a"}}, "structured_outputs.regex"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "http://x/y"}}}],
-      "tool_choice": "required"}, "tools"),
-])
-def test_bad_tool_requests(client, body, param):
-    assert error_of(chat(client, **body), 400)["param"] == param
-
-
-def test_tool_choice_none_answers_text(client):
-    r = chat(client, tools=TOOLS, tool_choice="none", structured_outputs={"regex": "[0-9]"})
-    assert r.status_code == 200 and re.fullmatch("[0-9]", r.json()["choices"][0]["message"]["content"])

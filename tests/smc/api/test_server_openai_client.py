@@ -132,3 +132,37 @@ def test_a_client_that_leaves_mid_stream_does_not_break_the_server(client, serve
     r = client.completions.create(model=EMBEDDED_NAME, prompt="Yes or no:", max_tokens=4,
                                   extra_body={"particles": 2, "structured_outputs": {"choice": [" yes", " no"]}})
     assert r.choices[0].text in (" yes", " no")
+
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                           "required": ["city"], "additionalProperties": False}}}]
+
+
+def test_tools_auto_on_real_tokens(client):
+    """The tools go into SmolLM2's system message (its template has no tool section) and the
+    answer under tool_choice auto is text or well-formed calls."""
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    plain = client.chat.completions.create(model=EMBEDDED_NAME, messages=ask, max_tokens=8, seed=0, extra_body=SMALL)
+    r = client.chat.completions.create(model=EMBEDDED_NAME, messages=ask, tools=WEATHER, max_tokens=40, seed=0,
+                                       extra_body=SMALL)
+    assert r.usage.prompt_tokens > plain.usage.prompt_tokens + 50  # the tools and the call format
+    choice = r.choices[0]
+    if choice.message.tool_calls:
+        assert choice.finish_reason == "tool_calls"
+        for call in choice.message.tool_calls:
+            assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments)["city"], str)
+    else:
+        assert choice.finish_reason in ("stop", "length") and "<tool_call>" not in (choice.message.content or "")
+
+
+def test_tools_required_on_real_tokens(client):
+    """SmolLM2 never writes the call tag by itself; under tool_choice required the answer opens
+    with the call, so it is a call with the city from the question."""
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=EMBEDDED_NAME, messages=ask, tools=WEATHER, tool_choice="required",
+                                       max_tokens=40, seed=0, extra_body=SMALL)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}

@@ -232,4 +232,4 @@ def test_design_doc_and_docstring_state_the_same_members():
     assert required_doc == required_md == list(LM_MEMBERS)
     assert optional_doc == optional_md
     assert {"stats", "special_token_ids", "max_context", "batch_next_token_dists", "is_chat",
-            "encode_chat", "clear_cache", "close"} == set(optional_md)
+            "encode_chat", "chat_takes_tools", "clear_cache", "close"} == set(optional_md)

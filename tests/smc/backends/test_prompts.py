@@ -16,7 +16,7 @@ from samplers import make_sampler
 from smc import ToyLM
 from smc.api import cli
 from smc.backends.base import AsyncLM
-from smc.backends.prompts import encode_prompt
+from smc.backends.prompts import check_messages, encode_prompt
 from smc.programs.context import LMContext
 from smc.programs.model import Model
 
@@ -351,3 +351,82 @@ def test_template_refusal_is_a_value_error():
     with pytest.raises(ValueError, match=r"chat template rejects these messages \(roles: system, user, "
                                          r"assistant, user\): System role not supported"):
         lm.encode_chat(FEW_SHOT)
+
+
+# ------------------------------------------------------------------ tools in the prompt
+TOOLS = [{"type": "function", "function": {"name": "add", "description": "add one", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}}}}}]
+HISTORY = [{"role": "user", "content": "add one to 1"},
+           {"role": "assistant", "content": None, "tool_calls": [
+               {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}]},
+           {"role": "tool", "tool_call_id": "call_1", "content": "2"}]
+#: a template with a tool section, in the style of Hugging Face tool-use templates
+TOOL_TEMPLATE = ("{% if tools %}TOOLS {{ tools | tojson }}\n{% endif %}{% for m in messages %}{{ m.role }}: "
+                 "{{ m.content }}{% for c in m.tool_calls or [] %}CALL {{ c.function.name }} "
+                 "{{ c.function.arguments | tojson }}{% endfor %}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant: "
+
+
+def char_tokenizer(chat_template: str):
+    """A real Hugging Face tokenizer (one token per printable character) with ``chat_template``."""
+    import string
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set(string.printable))
+    core = Tokenizer(models.WordLevel({c: i for i, c in enumerate(chars)}, unk_token=" "))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=core)
+    tok.chat_template = chat_template
+    return tok
+
+
+def tokenizer_lm(chat_template: str):
+    from smc.backends.prompts import TokenizerPrompts
+
+    lm = TokenizerPrompts()
+    lm.tokenizer = char_tokenizer(chat_template)
+    lm.vocab = [bytes([i]) for i in range(256)]
+    return lm
+
+
+def test_tools_go_through_a_template_that_takes_them():
+    lm = tokenizer_lm(TOOL_TEMPLATE)
+    assert lm.chat_takes_tools
+    # the template gets the messages as they are, a call's arguments as an object
+    as_objects = [HISTORY[0], {**HISTORY[1], "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}]}, HISTORY[2]]
+    text = lm.tokenizer.apply_chat_template(as_objects, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert text.startswith("TOOLS [{") and 'CALL add {"a": 1}' in text and "tool: 2" in text
+    want = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert encode_prompt(lm, HISTORY, tools=TOOLS) == want
+
+
+def test_tools_go_into_the_system_message_of_a_template_without_them():
+    from smc.backends.prompts import plain_messages, tools_prompt
+
+    lm = tokenizer_lm(PLAIN_TEMPLATE)
+    assert not lm.chat_takes_tools
+    plain = plain_messages(check_messages(HISTORY), TOOLS)
+    assert plain == [{"role": "system", "content": tools_prompt(TOOLS)}, HISTORY[0],
+                     {"role": "assistant", "content": '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'},
+                     {"role": "user", "content": "<tool_response>\n2\n</tool_response>"}]
+    assert encode_prompt(lm, HISTORY, tools=TOOLS) == lm.encode_chat(plain)
+    assert encode_prompt(lm, "hi", tools=TOOLS) == lm.encode_chat(
+        [{"role": "system", "content": tools_prompt(TOOLS)}, {"role": "user", "content": "hi"}])
+    with pytest.raises(ValueError, match="no tool section"):
+        lm.encode_chat(HISTORY, tools=TOOLS)
+
+
+def test_tools_need_a_prompt_through_the_template():
+    lm = chat_lm()
+    for prompt, chat in (([1, 2], None), ("hi", False)):
+        with pytest.raises(ValueError, match="tools are stated through the chat template"):
+            encode_prompt(lm, prompt, chat, tools=TOOLS)
+    with pytest.raises(ValueError, match=r"tools\[0\].type must be 'function'"):
+        encode_prompt(lm, "hi", tools=[{"type": "retrieval"}])
+    with pytest.raises(ValueError, match="tools are stated through the chat template"):
+        smc.Request([1, 2], tools=TOOLS)
+    assert smc.Request("hi", tools=TOOLS).to_json()["tools"] == TOOLS

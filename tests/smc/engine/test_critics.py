@@ -52,6 +52,17 @@ def test_completion_bytes_json_far_from_the_end_and_remembered_by_structure():
     assert tw.stats["cache_hits"] == hits + 1
 
 
+def test_completion_bytes_inside_a_multibyte_character():
+    """A text that ends inside a UTF-8 character (a token that splits an emoji or a CJK
+    character) is completed by its continuation bytes: before they were searched it got m = 0,
+    no twist, and won every resampling against the twisted particles."""
+    schema = {"type": "object", "required": ["a"], "additionalProperties": False,
+              "properties": {"a": {"type": "string"}}}
+    js = JSONSchema(schema, whitespace="compact")
+    for lead, rest in ((b"\xe5", 2), (b"\xe0", 2), (b"\xed", 2), (b"\xf0", 3), (b"\xf4\x80", 2), (b"\xc3", 1)):
+        assert completion(js, b'{"a":"x' + lead) == rest + len(b'"}'), lead
+
+
 def test_completion_bytes_gives_no_twist_past_max_nodes():
     """An object open to any further key: the search writes ever more keys before the
     required one, and gives up."""
