@@ -82,13 +82,16 @@ import regex
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from peers import venvs  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "patterns.csv"
 SYSTEM = ("You are a helpful assistant that generates strings matching regular expressions. "
           "Only output the exact string that matches the regex pattern, nothing more.")
 SHOTS = [("(ab)+", "ab"), ("(ab|cd)+", "cd"), ("[a-z]+", "hello")]
 ENGINES = ("smc-steer", "genlm-control")
-PEER_PYTHON = ROOT / ".venv-peers" / "genlm-control" / "bin" / "python"
+PEER_PYTHON = venvs.python_of("genlm-control")
 PEER_SCRIPT = ROOT / "benchmarks" / "peers" / "genlm_control.py"
 
 

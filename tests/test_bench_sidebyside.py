@@ -1,0 +1,130 @@
+"""benchmarks/bench_sidebyside.py: the schema draw, the scoring and the summary on records of our
+own, and its quick form end to end on a corpus of three schemas written here (the MaskBench
+corpus is not vendored): the smc-steer rows always, each masking peer only where its venv was
+built (``bench_sidebyside.py --setup``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import bench_sidebyside as sbs  # noqa: E402
+from peers import venvs  # noqa: E402
+
+SCHEMAS = {
+    "Handwritten_1.json": {"type": "integer", "minimum": 3, "maximum": 9},
+    "Synthesized_4.json": {"enum": ["red", "green"]},
+    "BFCL_java_7.json": {"type": "object", "properties": {"ok": {"type": "boolean"}},
+                         "required": ["ok"], "additionalProperties": False},
+}
+
+
+def _corpus(tmp_path: Path) -> Path:
+    d = tmp_path / "maskbench"
+    d.mkdir()
+    for name, schema in SCHEMAS.items():
+        (d / name).write_text(json.dumps({"schema": schema, "tests": []}))
+    return d
+
+
+def test_split_of_reads_the_prefix_and_joins_bfcl():
+    assert sbs.split_of("Github_easy_12.json") == "Github_easy"
+    assert sbs.split_of("Glaiveai2K---calculate_area_3.json") == "Glaiveai2K"
+    assert sbs.split_of("BFCL_java_3.json") == sbs.split_of("BFCL_multiple_40.json") == "BFCL"
+
+
+def test_selection_is_stratified_seeded_and_nested(tmp_path):
+    d = tmp_path / "c"
+    d.mkdir()
+    for split, n in (("Alpha", 7), ("Beta", 2), ("Gamma", 30)):
+        for i in range(n):
+            (d / f"{split}_{i}.json").write_text("{}")
+    two = sbs.select(d, 2, seed=5)
+    three = sbs.select(d, 3, seed=5)
+    count = lambda files, s: sum(sbs.split_of(p.name) == s for p in files)  # noqa: E731
+    assert [count(three, s) for s in ("Alpha", "Beta", "Gamma")] == [3, 2, 3]  # min(k, split size)
+    assert set(two) <= set(three)  # a larger draw only adds schemas
+    assert sbs.select(d, 3, seed=5) == three and sbs.select(d, 3, seed=6) != three
+    # choosing splits keeps each split's own draw
+    assert sbs.select(d, 3, seed=5, splits=["Gamma"]) == [p for p in three if p.name.startswith("Gamma")]
+    with pytest.raises(SystemExit, match="unknown splits"):
+        sbs.select(d, 1, seed=0, splits=["Delta"])
+
+
+def test_valid_follows_the_declared_draft():
+    # draft 4's exclusiveMaximum is a boolean beside maximum; 2020-12's is a number
+    d4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "maximum": 5,
+          "exclusiveMaximum": True}
+    assert sbs.Scorer.valid(d4, "4.5") and not sbs.Scorer.valid(d4, "5")
+    d2020 = {"type": "number", "exclusiveMaximum": 5}
+    assert sbs.Scorer.valid(d2020, "4") and not sbs.Scorer.valid(d2020, "5")
+    assert not sbs.Scorer.valid(d2020, "4 x") and not sbs.Scorer.valid(d2020, None)
+
+
+def _rec(engine, tid, split="S", **kw):
+    base = {"engine": engine, "task_id": tid, "split": split, "accepted": True, "error": None,
+            "finished": True, "valid": True, "text": "1", "token_ids": [16], "compile_s": 0.01,
+            "wall_s": 2.0, "tokens": 1, "log_z": None, "logp": -3.0, "versions": {}}
+    base.update(kw)
+    return base
+
+
+def test_summary_counts_and_failure_classes():
+    records = [
+        _rec("smc-steer", "a", log_z=-1.0), _rec("xgrammar", "a"),
+        _rec("smc-steer", "b", accepted=False, finished=False, valid=False, error="ValueError: no"),
+        _rec("xgrammar", "b"),
+        _rec("smc-steer", "c", finished=False, valid=False, log_z=None), _rec("xgrammar", "c", valid=False),
+        _rec("smc-steer", "d", finished=False, valid=False), _rec("outlines", "d", split="S"),
+    ]
+    out = sbs.summarize(records)
+    assert "| **total** | smc-steer | 4 | 3 | 1 | 1 |" in out
+    assert out.count("| **total** | smc-steer |") == 1 and "| -inf |" in out  # median of (-1, -inf, -inf)
+    assert "| **total** | xgrammar | 3 | 3 | 3 | 2 |" in out
+    fails = sbs.failures(records)
+    # c: no engine has a valid output there, so it is no failure class of smc-steer's
+    assert fails == ["- b (S): compile error: ValueError: no; valid from xgrammar",
+                     "- d (S): no finished output within max_tokens; valid from outlines"]
+
+
+@pytest.mark.slow
+def test_quick_form_runs_the_smc_steer_rows(tmp_path, capsys):
+    corpus, out = _corpus(tmp_path), tmp_path / "runs.jsonl"
+    argv = ["--quick", "--corpus", str(corpus), "--records", str(out), "--engines", "smc-steer,smc-steer:N=1"]
+    records = sbs.main(argv)
+    assert sorted((r["engine"], r["split"]) for r in records) == sorted(
+        (e, s) for e in sbs.SMC_ENGINES for s in ("BFCL", "Handwritten", "Synthesized"))
+    for r in records:
+        assert r["accepted"] and r["error"] is None and r["compile_s"] >= 0
+        if r["finished"]:  # a constrained sampler never finishes with an invalid text
+            assert r["valid"] and r["tokens"] <= sbs.QUICK["max_tokens"]
+            assert math.isfinite(r["logp"]) and r["logp"] < 0 and r["log_z"] <= 0
+    assert sum(r["finished"] for r in records if r["engine"] == "smc-steer") >= 2
+    assert "| **total** | smc-steer | 3 | 3 |" in capsys.readouterr().out
+    # resumed: the saved pairs are not run again
+    again = sbs.main(argv)
+    assert len(out.read_text().splitlines()) == 6 and len(again) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", sbs.MASKING_ENGINES)
+def test_quick_form_runs_a_masking_peer_whose_venv_exists(engine, tmp_path):
+    if not venvs.exists(engine):
+        pytest.skip(f"no .venv-peers/{engine}: build it with bench_sidebyside.py --setup --engines {engine}")
+    corpus, out = _corpus(tmp_path), tmp_path / "runs.jsonl"
+    records = sbs.main(["--quick", "--corpus", str(corpus), "--records", str(out), "--engines", engine])
+    assert len(records) == 3 and {r["engine"] for r in records} == {engine}
+    for r in records:
+        assert r["accepted"], r["error"]
+        assert r["versions"][engine] and r["versions"]["torch"].startswith("2.13.0")
+        if r["finished"]:  # one whole JSON text, scored; valid or not is the engine's result
+            json.loads(r["text"])
+            assert isinstance(r["valid"], bool) and math.isfinite(r["logp"]) and r["logp"] < 0
+        else:
+            assert r["logp"] is None and not r["valid"]
