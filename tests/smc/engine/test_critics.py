@@ -59,8 +59,8 @@ def test_completion_bytes_inside_a_multibyte_character():
     schema = {"type": "object", "required": ["a"], "additionalProperties": False,
               "properties": {"a": {"type": "string"}}}
     js = JSONSchema(schema, whitespace="compact")
-    for lead, rest in ((b"\xe5", 2), (b"\xe0", 2), (b"\xed", 2), (b"\xf0", 3), (b"\xf4\x80", 2), (b"\xc3", 1)):
-        assert completion(js, b'{"a":"x' + lead) == rest + len(b'"}'), lead
+    for first, rest in ((b"\xe5", 2), (b"\xe0", 2), (b"\xed", 2), (b"\xf0", 3), (b"\xf4\x80", 2), (b"\xc3", 1)):
+        assert completion(js, b'{"a":"x' + first) == rest + len(b'"}'), first
 
 
 def test_completion_bytes_gives_no_twist_past_max_nodes():
