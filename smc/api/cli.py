@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lookahead", type=float, default=None,
                    help="steer toward texts short to complete, RATE nats per byte of detour; it "
                         "acts on a --regex with backreferences (same target; default 1.0; 0: off)")
+    g.add_argument("--per-byte", type=float, default=None,
+                   help="the budget twist's nats per byte still to write: it keeps one population "
+                        "from following a particle that is behind in the document (same target; "
+                        "default 0.5 for a --json-schema run in one population, else 0)")
     g.add_argument("--temperature", type=float, default=None,
                    help="T > 0: the target's LM is softmax(logits / T) at every step (default 1)")
     g.add_argument("--top-p", type=float, default=None,
@@ -200,7 +204,7 @@ def _constraint(args: argparse.Namespace):
 
 #: flag -> Request field, for the settings that are passed only when given (the Request holds
 #: the defaults, smc.core.defaults)
-SETTING_FLAGS = ("particles", "max_tokens", "seed", "islands", "finish_share", "lookahead",
+SETTING_FLAGS = ("particles", "max_tokens", "seed", "islands", "finish_share", "lookahead", "per_byte",
                  "sampler", "ess_threshold", "resampling", "method", "n_beam", "max_expansions",
                  "checkpoint", "temperature", "top_p")
 

@@ -25,8 +25,9 @@ from smc.backends.loading import load_lm
 from smc.backends.prompts import Prompt, encode_prompt
 from smc.core import defaults
 from smc.core.errors import InvalidArgument, InvalidArgumentType
-from smc.engine.checkpoint import (CheckpointError, check_path, lm_description, lm_mismatch, type_name,
-                                   vocab_fingerprint)
+from smc.engine.checkpoint import (CheckpointError, check_path, lm_description, lm_mismatch, read_header,
+                                   type_name, vocab_fingerprint)
+from smc.engine.critics import BudgetCritic
 from smc.backends.tempered import tempered
 from smc.engine.loop import SAME_FILE, Critic, OnStep, aresume_run, smc
 from smc.engine.result import Result
@@ -101,6 +102,12 @@ def build_program(request: Request, lm: LMBackend, prompt_ids: list[int]) -> Con
     return ConstrainedGeneration(sampler, request.max_tokens, request.finish_share)
 
 
+def budget_twist(per_byte: float) -> Critic | None:
+    """The critic a request's ``per_byte`` names: ``BudgetCritic(per_byte=per_byte)`` when it
+    is > 0, else None."""
+    return BudgetCritic(per_byte=per_byte) if per_byte > 0 else None
+
+
 def as_request(prompt: Prompt | Request, constraint: Any, settings: dict[str, Any]) -> Request:
     """``prompt`` when it is a Request (then no constraint or setting may be given beside it),
     else the Request of these arguments; InvalidArgument(Type) naming a bad one."""
@@ -151,7 +158,7 @@ async def arun(
             ess_threshold=request.ess_threshold,
             resampling=request.resampling,
             seed=request.seed,
-            critic=request.critic,
+            critic=request.critic if request.critic is not None else budget_twist(request.per_byte),
             progress=progress,
             progress_total=request.max_tokens + 1,
             islands=request.islands,
@@ -251,7 +258,7 @@ def generate(
     ``smc.Request`` of its arguments (validated once, before any work) and runs it;
     ``generate(request, lm=lm)`` runs a Request built before. The settings are the Request's
     fields (``smc.Request``: particles, max_tokens, seed, sampler, sampler_options,
-    ess_threshold, resampling, islands, finish_share, lookahead, method, n_beam, max_expansions,
+    ess_threshold, resampling, islands, finish_share, lookahead, per_byte, method, n_beam, max_expansions,
     critic, checkpoint, chat, temperature, top_p; defaults in ``smc.core.defaults``).
 
     Args:
@@ -290,6 +297,10 @@ async def aresume(
     target = path if checkpoint is SAME_FILE else checkpoint
     if target is not None:
         check_path(target)
+    if critic is None:  # a run of a Request had the critic its request names (its budget twist)
+        program = read_header(path).get("program")
+        if program is not None:  # a checkpoint from before per_byte existed had no such twist
+            critic = budget_twist(program["request"].get("per_byte") or 0.0)
     result, header = await aresume_run(path, lm=lm, shared=shared, critic=critic, progress=progress,
                                        checkpoint=checkpoint, rebuild=rebuild_program)
     program = header["program"]
@@ -324,7 +335,8 @@ def resume(
         shared: for a Model, ``{path: object}`` for every other shared object the particles
             reach (potentials, samplers, ``Shared`` containers), under the attribute path the
             checkpoint names (``read_header(path)["shared"]`` lists them).
-        critic: the critic, if the run had one.
+        critic: the critic, if the run had one of its own (a run of ``generate`` gets its
+            request's budget twist back by itself).
         progress: tqdm bar, as in ``generate``.
         checkpoint: where to keep writing the run's state (default: ``path``; None: nowhere).
 

@@ -3,7 +3,7 @@
 A Request holds the prompt, the constraint and every setting of a run; it is checked once,
 where it is built, and never again. ``smc.generate``, the CLI, checkpoints, the HTTP server and
 the batch runner all build and read this one value. Defaults come from ``smc.core.defaults``
-and are resolved when the Request is built (``RESOLVED``: islands, lookahead, n_beam,
+and are resolved when the Request is built (``RESOLVED``: islands, lookahead, per_byte, n_beam,
 max_expansions), so a Request says
 exactly what will run.
 
@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from potentials.json import JSONSchema
 from potentials.segments.forms import constraint_part, reasoning_from_json, tools_from_json
 from potentials.base import BytePotential, Potential
 from samplers import SAMPLERS
@@ -134,6 +135,10 @@ class Request:
         finish_share: s in [0, 1): bank s of the EOS mass wherever the text could end.
         lookahead: rate >= 0 of the lookahead twist (None: ``defaults.LOOKAHEAD`` for an SMC
             run with a byte-level constraint, else 0).
+        per_byte: nats per byte still to write of the budget twist that steers resampling
+            (``smc.engine.critics.BudgetCritic``; removed from the final weights, so the target
+            is unchanged); None: ``defaults.PER_BYTE`` for an SMC run in one population under a
+            JSONSchema (islands do its work from 16 particles), else 0 (docs/quality.md).
         method: "smc", "beam", "top_k" or "steer" (docs/beam.md).
         n_beam: children per particle of method="steer" (None: ``defaults.N_BEAM``).
         max_expansions: most particles method="top_k" expands before it raises
@@ -166,6 +171,7 @@ class Request:
     islands: int | None = None
     finish_share: float = defaults.FINISH_SHARE
     lookahead: float | None = None
+    per_byte: float | None = None
     method: str = defaults.METHOD
     n_beam: int | None = None
     max_expansions: int | None = None
@@ -242,6 +248,7 @@ class Request:
             raise InvalidArgument(f"finish_share is for method='smc' runs, not method={self.method!r}")
         set_("finish_share", share)
         set_("lookahead", self._lookahead())
+        set_("per_byte", self._per_byte(int(islands)))
         if self.checkpoint is not None:
             if self.method != "smc":
                 raise InvalidArgument(f"checkpoint is for method='smc' runs, not method={self.method!r}")
@@ -275,6 +282,28 @@ class Request:
         if rate > 0 and not byte_level:
             what = type(self.constraint).__name__ if self.constraint is not None else None
             raise InvalidArgument(f"lookahead needs a byte-level constraint (Regex, Grammar, JSONSchema, ...), got {what}")
+        return rate
+
+    def _per_byte(self, islands: int) -> float:
+        """The per-byte rate of the run's budget twist (``budget_critic``): when not given,
+        ``defaults.PER_BYTE`` for an SMC run in one population (``islands == 1``) under a
+        JSONSchema with an SMC sampler (not masking) and no critic of its own, else 0; a given rate
+        is a finite number >= 0, and > 0 only for an SMC run with a byte-level constraint and no
+        critic (the twist is a critic)."""
+        if self.per_byte is None:
+            default = (self.method == "smc" and islands == 1 and self.critic is None
+                       and self.sampler != "masking" and isinstance(self.constraint, JSONSchema))
+            return defaults.PER_BYTE if default else 0.0
+        rate = _number(self.per_byte, "per_byte")
+        if not (math.isfinite(rate) and rate >= 0):
+            raise InvalidArgument(f"per_byte must be a finite number >= 0 (nats per byte still to write), got {rate!r}")
+        if rate > 0 and self.method != "smc":
+            raise InvalidArgument(f"per_byte is for method='smc' runs, not method={self.method!r}")
+        if rate > 0 and not isinstance(self.constraint, BytePotential):
+            what = type(self.constraint).__name__ if self.constraint is not None else None
+            raise InvalidArgument(f"per_byte needs a byte-level constraint (Regex, Grammar, JSONSchema, ...), got {what}")
+        if rate > 0 and self.critic is not None:
+            raise InvalidArgument("per_byte sets the budget twist, which is a critic: give per_byte or critic, not both")
         return rate
 
     # -- JSON form
@@ -333,11 +362,12 @@ class Request:
 
 
 #: the fields whose default depends on others (None: resolved when the Request is built)
-RESOLVED = ("islands", "lookahead", "n_beam", "max_expansions")
+RESOLVED = ("islands", "lookahead", "per_byte", "n_beam", "max_expansions")
 #: the fields a request's JSON form may hold
 JSON_FIELDS = ("prompt", "constraint", "model", "particles", "max_tokens", "seed", "sampler",
                "sampler_options", "ess_threshold", "resampling", "islands", "finish_share",
-               "lookahead", "method", "n_beam", "max_expansions", "chat", "temperature", "top_p", "tools")
+               "lookahead", "per_byte", "method", "n_beam", "max_expansions", "chat", "temperature", "top_p",
+               "tools")
 #: the fields that exist only in Python (or, for checkpoint, the local CLI)
 PYTHON_FIELDS = ("critic", "checkpoint", "constraint_json")
 #: every setting besides the prompt and the constraint, as keyword arguments of ``generate``

@@ -42,6 +42,14 @@ FINISH_SHARE = 0.0
 #: it took the copy patterns from 0 of 10 runs with a sample to 9-10 of 10 (benchmarks/RESULTS.md)
 LOOKAHEAD = 1.0
 
+#: per-byte rate of the budget twist (smc.engine.critics.BudgetCritic) for an SMC run in one
+#: population under a JSON Schema (islands take its place from ISLANDS_FROM particles): on the
+#: Ada task at N = 8 it took accuracy from 0.59 to 0.88 and runs with no finished sample from 5
+#: of 18 to 0 of 20, at N = 64 in one population from 0.70 to 0.87 with no collapsed run; on
+#: the 30 JSON tasks at N = 8 accuracy -0.01 [-0.08, +0.06]; c = 0.25 and 1.0 gave 0.82 and 0.81
+#: on Ada at N = 8 (docs/quality.md, benchmarks/RESULTS.md "The grid")
+PER_BYTE = 0.5
+
 #: the search method of a generation
 METHOD = "smc"
 

@@ -191,7 +191,8 @@ def test_error_lines_are_kept_on_resume_unless_retried(tmp_path):
 
 
 def test_a_time_limit_fails_only_the_slow_request(tmp_path):
-    slow = line("slow", dict(line("x")["body"], max_tokens=30, particles=8,
+    # per_byte 0: the budget twist would close the toy's documents early, and this run must be slow
+    slow = line("slow", dict(line("x")["body"], max_tokens=30, particles=8, per_byte=0,
                              response_format={"type": "json_object"}))
     fast = [line(f"f{i}", {"prompt": "a", "max_tokens": 2, "particles": 1}, url="/v1/completions")
             for i in range(3)]
@@ -278,7 +279,8 @@ def test_generate_many_takes_prompts_and_mappings_with_shared_settings():
 def test_generate_many_failures_raise_or_come_back_in_place():
     lm = slow_toy(0.01)
     reqs = [{"prompt": "a", "max_tokens": 2, "particles": 1},
-            {"prompt": "b", "max_tokens": 30, "particles": 8, "constraint": {"json_object": True}}]
+            {"prompt": "b", "max_tokens": 30, "particles": 8, "constraint": {"json_object": True},
+             "per_byte": 0}]  # no budget twist: it would close the toy's document early
     with pytest.raises(RequestTimeout, match=r"requests\[1\]"):
         generate_many(reqs, lm=lm, timeout=0.3, chat=False, progress=False)
     got = generate_many(reqs, lm=lm, timeout=0.3, chat=False, progress=False, return_exceptions=True)

@@ -202,3 +202,48 @@ def test_json_schema_constraint_parses_results():
     r = smc.generate("", {"json_schema": {"type": "boolean"}}, lm=toy(), particles=2, max_tokens=3,
                      progress=False)
     assert isinstance(r.constraint, JSONSchema)
+
+
+def test_per_byte_twist_is_on_for_one_population_under_a_json_schema():
+    """defaults.PER_BYTE for an SMC run in one population under a JSONSchema, else 0; a given
+    rate is kept, re-resolved on replace when it was the default, and refused where it cannot act."""
+    schema = JSONSchema({"type": "object"})
+    assert Request("hi", schema, particles=8).per_byte == defaults.PER_BYTE
+    assert Request("hi", schema, particles=16).per_byte == 0.0  # 4 islands do its work
+    assert Request("hi", schema, particles=16, islands=1).per_byte == defaults.PER_BYTE
+    assert Request("hi", Regex("a+"), particles=8).per_byte == 0.0
+    assert Request("hi", schema, particles=8, sampler="masking").per_byte == 0.0
+    assert Request("hi", schema, particles=8, critic=lambda p: 0.0).per_byte == 0.0
+    assert Request("hi", schema, particles=8, method="beam").per_byte == 0.0
+    assert Request("hi", {"json_schema": {"type": "object"}}, particles=4).per_byte == defaults.PER_BYTE
+    r = Request("hi", schema, particles=8)
+    assert r.replace(particles=16).per_byte == 0.0
+    assert Request("hi", Regex("a+"), per_byte=0.3).per_byte == 0.3
+    as_json = Request("hi", {"json_schema": {"type": "object"}}, particles=8).to_json()
+    assert as_json["per_byte"] == defaults.PER_BYTE and Request.from_json(as_json).per_byte == defaults.PER_BYTE
+    for bad, match in ((dict(per_byte=-1.0), "per_byte must be a finite number"),
+                       (dict(per_byte=0.5, method="beam"), "per_byte is for method='smc'"),
+                       (dict(per_byte=0.5, critic=lambda p: 0.0), "give per_byte or critic")):
+        with pytest.raises(ValueError, match=match):
+            Request("hi", schema, **bad)
+    with pytest.raises(ValueError, match="per_byte needs a byte-level constraint"):
+        Request("hi", None, per_byte=0.5)
+
+
+def test_the_run_gets_the_budget_twist_its_request_names(monkeypatch):
+    import smc.api.generation as generation
+    from smc.engine.critics import BudgetCritic
+
+    seen = []
+    real = generation.smc
+
+    async def spy(*args, critic=None, **kw):
+        seen.append(critic)
+        return await real(*args, critic=critic, **kw)
+
+    monkeypatch.setattr(generation, "smc", spy)
+    schema = JSONSchema({"type": "boolean"})
+    smc.generate("", schema, lm=toy(), particles=4, max_tokens=6, progress=False)
+    smc.generate("", schema, lm=toy(), particles=4, max_tokens=6, per_byte=0.0, progress=False)
+    assert isinstance(seen[0], BudgetCritic) and seen[0].per_byte == defaults.PER_BYTE
+    assert seen[1] is None

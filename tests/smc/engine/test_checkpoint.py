@@ -413,3 +413,17 @@ async def test_a_program_class_pickle_cannot_name_is_refused(tmp_path):
 
     with pytest.raises(CheckpointError, match=r"particle 0 \(.*Local\) cannot be pickled.*module level"):
         await smc.smc(Local(make_lm(), CONSTRAINT, 3), 2, progress=False, checkpoint=tmp_path / "l.ckpt")
+
+
+def test_generate_with_the_default_budget_twist_resumed_after_every_step(tmp_path, step_files):
+    """A generate run under a JSON Schema in one population has the budget twist as its critic
+    (Request.per_byte); resume rebuilds it from the stored request, with no critic passed."""
+    from tests.smc.api.batch_toys import toy
+
+    schema = JSONSchema({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]})
+    kw = dict(lm=toy(), particles=4, max_tokens=10, seed=3, ess_threshold=1.0, progress=False, chat=False)
+    full = smc.generate("", schema, **kw)
+    assert smc.generate("", schema, checkpoint=tmp_path / "run.ckpt", **kw).samples == full.samples
+    assert read_header(tmp_path / "run.ckpt")["program"]["request"]["per_byte"] > 0
+    for step, f in step_files.items():
+        same_result(smc.resume(f, lm=toy(), checkpoint=None), full)
