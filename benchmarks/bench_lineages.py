@@ -27,7 +27,6 @@ the sampler's randomness.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import sys

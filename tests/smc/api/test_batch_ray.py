@@ -4,7 +4,6 @@ killed mid-run."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
