@@ -222,14 +222,16 @@ def fmt(x: np.ndarray, digits: int = 2, signed: bool = False) -> str:
     return f"{x.mean():{f}} [{lo:{f}}, {hi:{f}}]"
 
 
-def summarize(records: list[dict]) -> str:
-    """Markdown tables: per family (and all), per method and N."""
+def summarize(records: list[dict], baseline: str = "masking") -> str:
+    """Markdown tables: per family (and all), per method and N; the paired column compares each
+    method with the method whose name starts with ``baseline`` on the same (N, task, seed)."""
     out = []
     masking_done: dict[tuple, set] = defaultdict(set)  # (N) -> {(task, seed)} where masking answered
-    masking_acc: dict[tuple, float] = {}  # (N, task, seed) -> masking's accuracy
+    base_acc: dict[tuple, float] = {}  # (N, task, seed) -> the baseline's accuracy
     for r in records:
+        if r["method"].startswith(baseline):
+            base_acc.setdefault((r["N"], r["task"], r["seed"]), r["accuracy"])
         if r["method"].startswith("masking"):
-            masking_acc.setdefault((r["N"], r["task"], r["seed"]), r["accuracy"])
             if not r["empty"]:
                 masking_done[r["N"]].add((r["task"], r["seed"]))
     medians: dict[tuple, float] = {}  # (task, method, N) -> median finite log Ẑ
@@ -255,7 +257,7 @@ def summarize(records: list[dict]) -> str:
         for r in rows:
             groups[(r["method"], r["N"] if r["method"] != "unconstrained" else 1)].append(r)
         out.append(f"\n{fam} ({len({r['task'] for r in rows})} tasks)\n")
-        out.append("| method | N | runs | accuracy [95% CI] | vs masking (paired) | validity | no answer "
+        out.append(f"| method | N | runs | accuracy [95% CI] | vs {baseline} (paired) | validity | no answer "
                    "| finished where masking did | collapsed | log_ml (median) | wall s (mean) |")
         out.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for (method, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -269,9 +271,9 @@ def summarize(records: list[dict]) -> str:
             lml = [r["log_ml"] for r in rs if r.get("log_ml") is not None and np.isfinite(r["log_ml"])]
             lml_s = f"{np.median(lml):.1f}" if lml else "-"
             wall = np.mean([r["wall_s"] for r in rs])
-            diffs = np.array([r["accuracy"] - masking_acc[(n, r["task"], r["seed"])] for r in rs
-                              if (n, r["task"], r["seed"]) in masking_acc])
-            vs = fmt(diffs, signed=True) if len(diffs) and not method.startswith("masking") else "-"
+            diffs = np.array([r["accuracy"] - base_acc[(n, r["task"], r["seed"])] for r in rs
+                              if (n, r["task"], r["seed"]) in base_acc])
+            vs = fmt(diffs, signed=True) if len(diffs) and not method.startswith(baseline) else "-"
             coll = sum(collapsed(r) for r in rs) if any(r.get("log_ml") is not None for r in rs) else "-"
             out.append(f"| {method} | {n} | {len(rs)} | {fmt(acc)} | {vs} | {fmt(val)} | {fmt(emp)} | {fin} "
                        f"| {coll} | {lml_s} | {wall:.1f} |")
@@ -346,7 +348,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--ess-threshold", type=float, default=0.5)
     ap.add_argument("--jsonl", help="append one record per run to this file")
-    ap.add_argument("--summarize", nargs="+", metavar="FILE", help="only summarize saved records")
+    ap.add_argument("--summarize", nargs="+", metavar="FILE[@TAG]",
+                    help="only summarize saved records (@TAG appends :TAG to that file's method names)")
+    ap.add_argument("--baseline", default="masking",
+                    help="the method (a name prefix) the paired column compares with (default masking)")
     ap.add_argument("--export", metavar="FILE",
                     help="only write the selected JSON tasks' prompt ids, schemas and the model "
                          "directory, for benchmarks/peers/genlm_control.py --mode quality")
@@ -362,9 +367,15 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--workers needs --jsonl (the merged records)")
 
     if args.summarize:
-        paths = [Path(f) if Path(f).exists() else DATA / f for f in args.summarize]
-        records = [json.loads(ln) for p in paths for ln in p.read_text().splitlines() if ln.strip()]
-        print(summarize(records))
+        records = []
+        for spec in args.summarize:  # FILE or FILE@TAG: TAG tells that file's methods apart
+            name, _, tag = spec.partition("@")
+            path = Path(name) if Path(name).exists() else DATA / name
+            for ln in path.read_text().splitlines():
+                if ln.strip():
+                    r = json.loads(ln)
+                    records.append({**r, "method": f"{r['method']}:{tag}"} if tag else r)
+        print(summarize(records, args.baseline))
         return
     # with no task selection at all (as `make bench` runs it): the first 3 tasks of each family
     limit = args.limit or (None if args.tasks or args.families else 3)

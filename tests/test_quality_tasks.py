@@ -135,3 +135,20 @@ def test_export_gives_the_peer_the_prompt_ids_of_the_one_prompt_rule(tmp_path, m
         assert g["schema"] == task.schema and g["max_tokens"] == task.max_tokens
         assert g["eos_token_ids"] == lm.eos_token_ids and g["model_dir"] == "/models/x"
 
+
+
+def test_summary_pairs_each_method_with_the_baseline_it_is_given():
+    import bench_quality
+
+    def rec(method, task, acc):
+        return {"task": task, "family": "json", "method": method, "N": 8, "seed": 0, "accuracy": acc,
+                "validity": 1.0, "empty": False, "log_ml": -1.0, "wall_s": 1.0}
+
+    records = [rec("masking:flexible", "a", 0.5), rec("masking:flexible", "b", 0.5),
+               rec("awrs:plain", "a", 0.6), rec("awrs:plain", "b", 0.4),
+               rec("awrs:twist", "a", 0.9), rec("awrs:twist", "b", 0.9)]
+    by_masking = bench_quality.summarize(records)
+    by_plain = bench_quality.summarize(records, baseline="awrs:plain")
+    assert "vs masking (paired)" in by_masking and "vs awrs:plain (paired)" in by_plain
+    assert "| awrs:twist | 8 | 2 | 0.90 [0.90, 0.90] | +0.40 [+0.40, +0.40] |" in by_masking
+    assert "| awrs:twist | 8 | 2 | 0.90 [0.90, 0.90] | +0.40 [+0.30, +0.50] |" in by_plain
