@@ -191,9 +191,9 @@ def test_error_lines_are_kept_on_resume_unless_retried(tmp_path):
 
 
 def test_a_time_limit_fails_only_the_slow_request(tmp_path):
-    # per_byte 0: the budget twist would close the toy's documents early, and this run must be slow
-    slow = line("slow", dict(line("x")["body"], max_tokens=30, particles=8, per_byte=0,
-                             response_format={"type": "json_object"}))
+    # 28 letters: no text shorter than 28 tokens finishes, so this run lasts past the limit
+    body = {k: v for k, v in line("x")["body"].items() if k != "response_format"}
+    slow = line("slow", dict(body, max_tokens=30, particles=8, structured_outputs={"regex": "a{28}"}))
     fast = [line(f"f{i}", {"prompt": "a", "max_tokens": 2, "particles": 1}, url="/v1/completions")
             for i in range(3)]
     inp = write_lines(tmp_path / "in.jsonl", [slow, *fast])
@@ -279,8 +279,8 @@ def test_generate_many_takes_prompts_and_mappings_with_shared_settings():
 def test_generate_many_failures_raise_or_come_back_in_place():
     lm = slow_toy(0.01)
     reqs = [{"prompt": "a", "max_tokens": 2, "particles": 1},
-            {"prompt": "b", "max_tokens": 30, "particles": 8, "constraint": {"json_object": True},
-             "per_byte": 0}]  # no budget twist: it would close the toy's document early
+            {"prompt": "b", "max_tokens": 30, "particles": 8,
+             "constraint": {"regex": "a{28}"}}]  # at least 28 steps: past the time limit
     with pytest.raises(RequestTimeout, match=r"requests\[1\]"):
         generate_many(reqs, lm=lm, timeout=0.3, chat=False, progress=False)
     got = generate_many(reqs, lm=lm, timeout=0.3, chat=False, progress=False, return_exceptions=True)
