@@ -27,6 +27,13 @@ The engines (rows):
     smc-steer           smc.generate(prompt_ids, JSONSchema(S)) at its defaults (N = 16 in 4
                         islands, AWRS, flexible whitespace), in this process
     smc-steer:N=1       the same with particles=1 (one AWRS particle: a proper sample of one)
+    smc-steer:T=0       temperature=0: the most likely valid output within max_tokens by its
+                        search (exact top-k within 128 expansions, else beam 4), the decoding
+                        JSONSchemaBench runs every engine with (greedy)
+    smc-steer:strict    JSONSchema(S, strict=True): open objects and tuples closed where that
+                        only narrows S (potentials.json.strict; xgrammar's default strict_mode
+                        and outlines close them too); every output is still checked against S
+    smc-steer:strict+T=0  both
     llguidance          llguidance's matcher on the HF tokenizer, as a transformers logits
                         processor (benchmarks/peers/masking.py)
     xgrammar            xgr.contrib.hf.LogitsProcessor
@@ -111,7 +118,15 @@ DEFAULT_CORPUS = next((c for c in _CANDIDATES if c.is_dir()), _CANDIDATES[0])
 SYSTEM = "You need to generate a JSON object that matches the schema below."
 MAX_TOKENS = 256
 PER_SPLIT = 20
-SMC_ENGINES = ("smc-steer", "smc-steer:N=1")
+#: smc-steer's rows: engine -> (smc.generate settings, JSONSchema options)
+SMC_ROWS = {
+    "smc-steer": ({}, {}),
+    "smc-steer:N=1": ({"particles": 1}, {}),
+    "smc-steer:T=0": ({"temperature": 0.0}, {}),
+    "smc-steer:strict": ({}, {"strict": True}),
+    "smc-steer:strict+T=0": ({"temperature": 0.0}, {"strict": True}),
+}
+SMC_ENGINES = tuple(SMC_ROWS)
 MASKING_ENGINES = ("llguidance", "xgrammar", "outlines")
 PEER_ENGINES = (*MASKING_ENGINES, "genlm-control")
 ALL_ENGINES = (*SMC_ENGINES, *PEER_ENGINES)
@@ -204,21 +219,22 @@ def run_smc(lm, task: dict, engine: str) -> dict:
     import smc
     from potentials import JSONSchema
 
-    settings = {"particles": 1} if engine == "smc-steer:N=1" else {}
+    settings, options = SMC_ROWS[engine]
     rec = {"engine": engine, "task_id": task["task_id"], "split": task["split"], "accepted": False,
            "error": None, "finished": False, "text": None, "token_ids": None, "compile_s": None,
            "wall_s": None, "tokens": None, "log_z": None, "versions": smc_versions()}
+    # each request starts cold, as a peer's does: nothing cached from another row's run
+    lm.clear_cache()
     t0 = time.perf_counter()
     try:
-        constraint = JSONSchema(task["schema"])
+        constraint = JSONSchema(task["schema"], **options)
     except (ValueError, TypeError, RecursionError) as err:
         rec["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
         return rec
     rec["accepted"] = True
     rec["compile_s"] = time.perf_counter() - t0
     try:
-        r = smc.generate(task["prompt_ids"], constraint, lm=lm, max_tokens=task["max_tokens"],
-                         progress=False, **settings)
+        r = generate(lm, task, constraint, settings)
     except Exception as err:  # a crash is a result of the benchmark, with its reason
         rec["error"] = f"crash: {type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
         rec["traceback"] = traceback.format_exc(limit=4)[-1500:]
@@ -235,6 +251,24 @@ def run_smc(lm, task: dict, engine: str) -> dict:
     elif r.samples:  # what the particles were writing when the budget ran out
         rec["unfinished_text"] = max(r.samples, key=lambda s: len(s.token_ids)).text[:300]
     return rec
+
+
+def generate(lm, task: dict, constraint, settings: dict):
+    """smc.generate for one row; temperature 0 as the server answers it (smc.api.openai): the
+    exact top-1 search within TOP1_MAX_EXPANSIONS, else beam search of TOP1_BEAM_WIDTH."""
+    import smc
+    from smc.core import defaults
+    from smc.core.errors import SearchBudgetExceeded
+
+    common = {"lm": lm, "max_tokens": task["max_tokens"], "progress": False}
+    if settings.get("temperature") != 0:
+        return smc.generate(task["prompt_ids"], constraint, **common, **settings)
+    try:
+        return smc.generate(task["prompt_ids"], constraint, method="top_k", particles=1,
+                            max_expansions=defaults.TOP1_MAX_EXPANSIONS, **common)
+    except SearchBudgetExceeded:
+        return smc.generate(task["prompt_ids"], constraint, method="beam",
+                            particles=defaults.TOP1_BEAM_WIDTH, **common)
 
 
 # ---------------------------------------------------------------------------- peers

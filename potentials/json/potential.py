@@ -35,6 +35,7 @@ from potentials.json.clauses import Schemas
 from potentials.json.machine import Machine, remembered
 from potentials.json.drafts import DEFAULT, VALIDATORS, draft_of, strip_declarations
 from potentials.json.patterns import SCHEMA_FORMATS
+from potentials.json.strict import closed_schema
 
 #: sets of configurations whose next bytes and open start are kept before the table is cleared
 MEMO_LIMIT = 50_000
@@ -168,6 +169,9 @@ class JSONSchema(BytePotential[JSONState]):
             whitespace between tokens), or an int n (runs of at most n whitespace bytes).
         registry: a ``referencing.Registry`` of further schemas that ``$ref`` may name, or a
             dict {URI: schema} of them; nothing is ever fetched from the network.
+        strict: close the schema's open objects and tuples where that only narrows it (no keys
+            or items the schema does not name; potentials.json.strict) and generate under the
+            closed schema; every finished document is valid under ``schema`` as well.
 
     Enforced while the document is read (a prefix dies as soon as it breaks one of these):
     the JSON grammar and UTF-8; ``type``; ``enum``/``const``; ``properties``,
@@ -207,6 +211,7 @@ class JSONSchema(BytePotential[JSONState]):
         schema: dict | bool | str,
         whitespace: str | int = "flexible",
         registry: Any = None,
+        strict: bool = False,
     ):
         self.model = _pydantic_model(schema)
         if self.model is not None:
@@ -252,13 +257,21 @@ class JSONSchema(BytePotential[JSONState]):
             raise ValueError(
                 f'whitespace must be "compact", "flexible" or an int >= 0, not {whitespace!r}'
             )
+        if not isinstance(strict, bool):
+            raise InvalidArgumentType(f"strict must be True or False, not {strict!r}")
         kwargs = {"format_checker": cls.FORMAT_CHECKER}
         if registry is not None:
             kwargs["registry"] = registry
         self.schema = schema
         self.whitespace = whitespace
         self.registry = registry
+        self.strict = strict
         self.draft = draft
+        # strict: generation follows the closed schema, and a finished document is checked
+        # against the schema as given too (potentials.json.strict)
+        self.given = cls(stripped, **kwargs) if strict else None
+        if strict:
+            stripped = closed_schema(stripped, draft)
         self.validator = cls(stripped, **kwargs)
 
         def make(other: str) -> Any:
@@ -285,7 +298,8 @@ class JSONSchema(BytePotential[JSONState]):
 
     def __repr__(self) -> str:
         what = repr(self.schema) if self.model is None else self.model.__qualname__
-        return f"JSONSchema({what}, whitespace={self.whitespace!r})"
+        strict = ", strict=True" if self.strict else ""
+        return f"JSONSchema({what}, whitespace={self.whitespace!r}{strict})"
 
     def parse(self, text: str | bytes) -> Any:
         """The value of a document this potential accepts: M.model_validate_json(text) (an M
@@ -316,7 +330,7 @@ class JSONSchema(BytePotential[JSONState]):
     def __reduce__(self) -> tuple:
         # pickled as its arguments (a checkpoint stores the constraint): the compiled validators
         # are local classes that pickle cannot name, and compiling again gives the same potential
-        return (type(self), (self.schema, self.whitespace, self.registry))
+        return (type(self), (self.schema, self.whitespace, self.registry, self.strict))
 
     def initial(self) -> JSONState:
         return self._initial
@@ -451,6 +465,8 @@ class JSONSchema(BytePotential[JSONState]):
             return False  # nesting deeper than json's recursion limit
         try:
             if not self.validator.is_valid(value):
+                return False
+            if self.given is not None and not self.given.is_valid(value):
                 return False
         except Exception:  # the validator itself cannot decide (e.g. a regex it cannot run)
             return False

@@ -60,9 +60,9 @@ def _kind_name(kind: type | tuple) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def schema_from_json(value: Any, where: str) -> JSONSchema:
-    """The JSONSchema of a schema given as an object, a boolean or its JSON text;
-    InvalidArgument(Type) naming ``where`` otherwise."""
+def schema_from_json(value: Any, where: str, strict: bool = False) -> JSONSchema:
+    """The JSONSchema (``strict`` as given) of a schema given as an object, a boolean or its
+    JSON text; InvalidArgument(Type) naming ``where`` otherwise."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -71,7 +71,7 @@ def schema_from_json(value: Any, where: str) -> JSONSchema:
     if not isinstance(value, (Mapping, bool)):
         raise InvalidArgumentType(f"{where} must be a JSON Schema (an object or a boolean), got {value!r}")
     try:
-        return JSONSchema(dict(value) if isinstance(value, Mapping) else value)
+        return JSONSchema(dict(value) if isinstance(value, Mapping) else value, strict=strict)
     except (ValueError, TypeError) as e:
         raise InvalidArgument(f"{where}: {e}") from None
 
@@ -346,12 +346,17 @@ def constraint_part(spec: Any, where: str) -> BytePotential:
     """A byte constraint from a JSON form {KIND: V}, KIND one of ``PART_KINDS`` (the answer of
     a reasoning form, a segment of a segments form): {"json_object": true} is any JSON object,
     {"tools": {...}} is ``tools_from_json`` (a tool_choice other than "none")."""
-    if not isinstance(spec, Mapping) or len(spec) != 1:
+    if not isinstance(spec, Mapping) or len(set(spec) - {"strict"}) != 1:
         raise InvalidArgument(f"{where} must be an object with one of the keys {', '.join(PART_KINDS)}; "
                               f"got {spec!r}")
-    kind, value = next(iter(spec.items()))
+    kind, value = next((k, v) for k, v in spec.items() if k != "strict")
+    if "strict" in spec and kind != "json_schema":
+        raise InvalidArgument(f"{where}.strict applies to a json_schema constraint, not {kind}")
     if kind == "json_schema":
-        return schema_from_json(value, f"{where}.json_schema")
+        strict = spec.get("strict", False)
+        if not isinstance(strict, bool):
+            raise InvalidArgumentType(f"{where}.strict must be true or false, got {strict!r}")
+        return schema_from_json(value, f"{where}.json_schema", strict)
     if kind == "json_object":
         if value is not True:
             raise InvalidArgument(f"{where}.json_object must be true, got {value!r}")

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--grammar", type=Path, help="Lark grammar file the output must parse with")
     which.add_argument("--json-schema", type=Path, help="JSON Schema file the output must satisfy")
     which.add_argument("--choice", nargs="+", metavar="S", help="the output is one of these strings")
+    g.add_argument("--strict", action="store_true",
+                   help="with --json-schema: close the schema's open objects (no keys it does not "
+                        "name), as xgrammar and OpenAI's strict mode do; outputs stay valid under it")
     g.add_argument("--particles", type=int, default=None, help=f"N (default {defaults.PARTICLES})")
     g.add_argument("--max-tokens", type=int, default=None, help=f"default {defaults.MAX_TOKENS}")
     g.add_argument("--seed", type=int, default=None, help=f"default {defaults.SEED}")
@@ -188,6 +191,8 @@ def _prompt(args: argparse.Namespace):
 
 
 def _constraint(args: argparse.Namespace):
+    if args.strict and args.json_schema is None:
+        raise ValueError("--strict applies to --json-schema")
     if args.regex is not None:
         return Regex(check_text(args.regex, "--regex"))
     if args.grammar is not None:
@@ -199,7 +204,7 @@ def _constraint(args: argparse.Namespace):
         schema = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"JSON Schema file {str(args.json_schema)!r} is not valid JSON: {e}") from e
-    return JSONSchema(schema)
+    return JSONSchema(schema, strict=args.strict)
 
 
 #: flag -> Request field, for the settings that are passed only when given (the Request holds

@@ -529,7 +529,9 @@ def _response_format(fmt: Any) -> dict[str, Any] | None:
         raise ApiError("response_format.json_schema.strict must be true or false", param="response_format")
     if "schema" not in js:
         raise ApiError("response_format.json_schema.schema is required", param="response_format")
-    return {"json_schema": js["schema"]}
+    # OpenAI's strict: every object closed; here the schema's open objects are closed where that
+    # only narrows it (potentials.json.strict), and every answer is valid under the schema as sent
+    return {"json_schema": js["schema"], "strict": True} if js.get("strict") else {"json_schema": js["schema"]}
 
 
 def _structured(so: Any, field: str) -> list[tuple[str, dict[str, Any]]]:

@@ -47,7 +47,8 @@ MAX_BUDGET = 10**9
 CONSTRAINT_KINDS = {
     "regex": "a regular expression (Python `re`/`regex` syntax)",
     "grammar": "a Lark grammar",
-    "json_schema": "a JSON Schema (an object, or its JSON text)",
+    "json_schema": "a JSON Schema (an object, or its JSON text); beside it, \"strict\": true closes "
+                   "its open objects (potentials.json.strict)",
     "json_object": "true: any JSON object",
     "choice": "a list of strings, one of which is the output",
     "segments": "a list of segments in sequence: {\"text\": S}, {\"free_text\": {\"stop\": S, "
@@ -93,16 +94,20 @@ def constraint_from_json(spec: Any) -> Potential | None:
             f"constraint must be a Potential (e.g. potentials.Regex), its JSON form (an object "
             f"with one of the keys {', '.join(CONSTRAINT_KINDS)}) or None; got {type(spec).__name__}"
         )
-    unknown = [k for k in spec if k not in CONSTRAINT_KINDS]
+    # "strict" is an option of json_schema (potentials.segments.forms.constraint_part), not a kind
+    kinds = [k for k in spec if k != "strict"]
+    unknown = [k for k in kinds if k not in CONSTRAINT_KINDS]
     if unknown:
         raise InvalidArgument(
             f"unknown constraint kind {unknown[0]!r}; the kinds are {', '.join(CONSTRAINT_KINDS)}"
         )
-    if len(spec) != 1:
+    if len(kinds) != 1:
         raise InvalidArgument(
-            f"a constraint has exactly one kind, got {len(spec)}: {', '.join(spec) or 'none'}"
+            f"a constraint has exactly one kind, got {len(kinds)}: {', '.join(kinds) or 'none'}"
         )
-    kind, value = next(iter(spec.items()))
+    kind, value = kinds[0], spec[kinds[0]]
+    if "strict" in spec and kind != "json_schema":
+        raise InvalidArgument(f"constraint.strict applies to a json_schema constraint, not {kind}")
     if kind == "tools":  # tool_choice "none" is no constraint here, where null is one
         return tools_from_json(value)
     if kind == "reasoning":

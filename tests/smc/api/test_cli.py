@@ -172,3 +172,13 @@ def test_lookahead_flag(toy_lm, capsys, generate_kwargs):
     code = cli.main(["generate", "--prompt", "", "--regex", "1", "--lookahead", "-1"])
     err = capsys.readouterr().err
     assert code == 2 and "lookahead must be a finite number >= 0" in err and "Traceback" not in err
+
+
+def test_strict_closes_the_schema_and_needs_json_schema(toy_lm, tmp_path, capsys):
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}}))
+    argv = ["generate", "--prompt", "x", "--json-schema", str(schema)]
+    assert cli.request_of(cli.build_parser().parse_args([*argv, "--strict"])).constraint.strict
+    assert not cli.request_of(cli.build_parser().parse_args(argv)).constraint.strict
+    assert cli.main(["generate", "--prompt", "x", "--regex", "a", "--strict"]) == 2
+    assert "--strict applies to --json-schema" in capsys.readouterr().err

@@ -247,3 +247,17 @@ def test_the_run_gets_the_budget_twist_its_request_names(monkeypatch):
     smc.generate("", schema, lm=toy(), particles=4, max_tokens=6, per_byte=0.0, progress=False)
     assert isinstance(seen[0], BudgetCritic) and seen[0].per_byte == defaults.PER_BYTE
     assert seen[1] is None
+
+
+async def test_strict_beside_json_schema_in_the_json_form():
+    """{"json_schema": S, "strict": true}: S's open objects closed; kept by to_json/from_json."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    r = Request("hi", {"json_schema": schema, "strict": True})
+    assert r.constraint.strict and await r.constraint.complete(b'{"a": 1, "b": 2}') == -float("inf")
+    again = Request.from_json(r.to_json())
+    assert again.constraint.strict and again.constraint_json == {"json_schema": schema, "strict": True}
+    assert not Request("hi", {"json_schema": schema}).constraint.strict
+    with pytest.raises(smc.InvalidArgument, match="constraint.strict applies to a json_schema constraint, not tools"):
+        Request("hi", {"tools": {"tools": TOOLS}, "strict": True})
+    with pytest.raises(smc.InvalidArgument, match="a constraint has exactly one kind, got 0"):
+        Request("hi", {"strict": True})

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 import smc.api.generation
 from smc.api.cli import build_parser, main
-from smc.api.openai import Limits, grammar_imports
+from smc.api.openai import Limits, grammar_imports, parse_call
 from smc.api.server import ClientGone, until_disconnect
 from smc.core import defaults
 from tests.smc.api.toy_server import MODEL, toy_app, toy_lm
@@ -378,3 +378,14 @@ def test_an_internal_failure_is_a_500_object_and_the_server_goes_on():
     chunks = events(completion(c, prompt="!", stream=True))
     assert chunks[-1]["error"]["type"] == "internal_server_error"
     assert completion(c, structured_outputs={"regex": "[0-9]"}).status_code == 200
+
+
+def test_response_format_strict_closes_the_schema():
+    """json_schema.strict true: the schema's open objects are closed (OpenAI's strict mode);
+    false or absent: the schema as JSON Schema reads it."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    for strict, closed in ((True, True), (False, False), (None, False)):
+        js = {"name": "o", "schema": schema, **({} if strict is None else {"strict": strict})}
+        call = parse_call({"model": MODEL, "messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": js}},
+                          "chat", MODEL)
+        assert call.request.constraint.strict is closed
