@@ -25,9 +25,13 @@ repeated R times and its fastest wall kept (the runs are identical: seeded; this
 timings vary by ~25% between runs). Target: <= 0.05 ms per particle-step for
 awrs at V = 128,256, N = 64.
 
+With ``--per-byte 0,0.5`` every run is made without and with the budget twist that a JSON
+Schema run in one population gets by default (``smc.api.generation.budget_twist``; the
+``per_byte`` column): its cost is a cached completion-length lookup per particle-step.
+
     python benchmarks/bench_overhead.py [--vocab 49152,128256] [--particles 16,64,256]
            [--constraints none,regex,json] [--samplers awrs,awrs-ref,direct] [--tokens 32] [--seeds 1] [--repeat 1]
-           [--jsonl F]
+           [--per-byte 0] [--jsonl F]
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ try:  # absent before the population step: the script then times that engine (th
     from smc.backends.base import NextTokenDists, dists_from_logprobs
 except ImportError:
     NextTokenDists = dists_from_logprobs = None
+from smc.api.generation import budget_twist  # noqa: E402
 from smc.engine import smc  # noqa: E402
 from smc.programs.constrained import ConstrainedGeneration
 from potentials.lift import as_token_potential as lift  # noqa: E402
@@ -147,7 +152,7 @@ def build_lm(V: int, max_rows: int) -> ZeroCostLM:
 
 
 async def one_run(lm: ZeroCostLM, constraint: str, sampler: str, n: int, tokens: int, warm: bool = False,
-                  seed: int = 0) -> dict:
+                  seed: int = 0, per_byte: float = 0.0) -> dict:
     pot = lift(CONSTRAINTS[constraint](), lm)
     if warm and pot is not None:  # the per-LM vocabulary tables (one-time, not timed)
         if hasattr(pot, "build_tables"):  # (older engines: the first mask builds them)
@@ -157,7 +162,7 @@ async def one_run(lm: ZeroCostLM, constraint: str, sampler: str, n: int, tokens:
     if sampler == "awrs-ref":
         s.population = False  # the one-particle reference path (the engine before the population step)
     t0 = time.perf_counter()
-    r = await smc(ConstrainedGeneration(s, tokens), n, seed=seed, progress=False)
+    r = await smc(ConstrainedGeneration(s, tokens), n, seed=seed, progress=False, critic=budget_twist(per_byte))
     wall = time.perf_counter() - t0
     particle_steps = sum(sum(h.active) for h in r.history)
     return dict(
@@ -191,12 +196,14 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--seeds", type=int, default=1, help="run seeds 0..K-1 and sum (default 1: seed 0)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per seed, the fastest kept")
+    ap.add_argument("--per-byte", default="0", help="comma-separated budget-twist rates (0: none)")
     ap.add_argument("--jsonl", default=None)
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     ns = [int(x) for x in args.particles.split(",")]
-    print("| V | N | constraint | sampler | ms/particle-step | x target | checks/p-step | full evals | finished |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    rates = [float(x) for x in args.per_byte.split(",")]
+    print("| V | N | constraint | sampler | per_byte | ms/particle-step | x target | checks/p-step | full evals | finished |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     out = open(args.jsonl, "a") if args.jsonl else None
     for V in (int(x) for x in args.vocab.split(",")):
         lm = build_lm(V, max(ns))
@@ -204,14 +211,14 @@ def main() -> None:
             for sampler in args.samplers.split(","):
                 # warm-up: the vocabulary tables every lifted constraint shares, mask caches
                 asyncio.run(one_run(lm, constraint, sampler, 4, 4, warm=True))
-                for n in ns:
-                    runs = [min((asyncio.run(one_run(lm, constraint, sampler, n, args.tokens, seed=k))
+                for n, rate in ((n, r) for n in ns for r in rates):
+                    runs = [min((asyncio.run(one_run(lm, constraint, sampler, n, args.tokens, seed=k, per_byte=rate))
                                  for _ in range(args.repeat)), key=lambda r: r["wall_s"])
                             for k in range(args.seeds)]
                     row = pooled(runs)
-                    row.update(V=V, N=n, constraint=constraint, sampler=sampler)
+                    row.update(V=V, N=n, constraint=constraint, sampler=sampler, per_byte=rate)
                     ratio = row["ms_per_particle_step"] / TARGET_MS
-                    print(f"| {V} | {n} | {constraint} | {sampler} | {row['ms_per_particle_step']:.3f} | "
+                    print(f"| {V} | {n} | {constraint} | {sampler} | {rate:g} | {row['ms_per_particle_step']:.3f} | "
                           f"{ratio:.1f} | {row['checks_per_particle_step']} | {row['full_evals']} | "
                           f"{row['finished']} |", flush=True)
                     if out:
