@@ -460,15 +460,46 @@ def failures(records: list[dict], ours: str = "smc-steer") -> list[str]:
     return lines
 
 
+def coverage(records: list[dict]) -> list[str]:
+    """Valid outputs per split and engine (a column per engine), then the coverage goal for
+    each smc-steer row: at least the best masking engine on every split, above it in total,
+    and its wall time per request against the fastest masking engine's."""
+    engines = [e for e in ALL_ENGINES if any(r["engine"] == e for r in records)]
+    splits = sorted({r["split"] for r in records})
+    valid = {(e, s): sum(1 for r in records if r["engine"] == e and r["split"] == s and r.get("valid"))
+             for e in engines for s in splits}
+    out = ["| split | " + " | ".join(engines) + " |", "|---|" + "---|" * len(engines)]
+    out += [f"| {s} | " + " | ".join(str(valid[e, s]) for e in engines) + " |" for s in splits]
+    out.append("| **total** | " + " | ".join(str(sum(valid[e, s] for s in splits)) for e in engines) + " |")
+    masking = [e for e in MASKING_ENGINES if e in engines]
+    if not masking:
+        return out
+    best = max(sum(valid[e, s] for s in splits) for e in masking)
+    walls = {e: [r["wall_s"] for r in records if r["engine"] == e and r.get("wall_s") is not None] for e in engines}
+    fastest = min((sum(w) / len(w), e) for e, w in walls.items() if e in masking and w)
+    out.append("")
+    for e in engines:
+        if e not in SMC_ENGINES:
+            continue
+        below = [s for s in splits if valid[e, s] < max(valid[m, s] for m in masking)]
+        total = sum(valid[e, s] for s in splits)
+        wall = sum(walls[e]) / len(walls[e]) if walls[e] else float("nan")
+        out.append(f"- {e}: {total} valid vs the best masking engine's {best}; below the best masking "
+                   f"engine on {len(below)} split(s){': ' + ', '.join(below) if below else ''}; wall "
+                   f"{wall / fastest[0]:.1f}x {fastest[1]}'s")
+    return out
+
+
 def summarize(records: list[dict]) -> str:
     vers: dict[str, dict] = {}
     for r in records:
         vers.setdefault(r["engine"], r.get("versions") or {})
-    out = [table(records), "", "Versions:"]
+    out = [table(records), "", "Valid outputs per split:", ""] + coverage(records) + ["", "Versions:"]
     out += [f"- {e}: " + ", ".join(f"{k} {v}" for k, v in sorted(v.items())) for e, v in vers.items()]
-    fails = failures(records)
-    out += ["", f"Where smc-steer has no valid output and another engine has one ({len(fails)}):"]
-    out += fails or ["- none"]
+    for ours in [e for e in SMC_ENGINES if any(r["engine"] == e for r in records)]:
+        fails = failures(records, ours)
+        out += ["", f"Where {ours} has no valid output and another engine has one ({len(fails)}):"]
+        out += fails or ["- none"]
     return "\n".join(out)
 
 

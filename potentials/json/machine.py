@@ -177,6 +177,21 @@ class Machine:
                 best = room
         return best
 
+    @staticmethod
+    def completion_key(configs: frozenset) -> Any:
+        """``configs`` with the character count of each plain string (between characters, no
+        pattern, no enum/const literals) replaced by the characters it still needs,
+        max(minLength - count, 0): the closing quote is as near after 5 characters as after
+        150, so states of one string share a key (``JSONSchema.completion_key``)."""
+        out = []
+        for node in configs:
+            f = node.frame
+            if _between_free_characters(f) and not f[5]:
+                out.append((f[:4] + (-1 - max(f[1].string.min_len - f[4], 0),) + f[5:], node.parent))
+            else:
+                out.append(node)
+        return frozenset(out)
+
     def plain_text_key(self, configs: frozenset) -> tuple[frozenset, float] | None:
         """(k, B) of ``BytePotential.plain_text_key`` when every configuration is inside a
         string, between characters, with no enum/const literals, and all have the same room

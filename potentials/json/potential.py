@@ -293,6 +293,7 @@ class JSONSchema(BytePotential[JSONState]):
         self._starts: dict = {}
         self._last_text: tuple = (None, b"")  # (chunks, their text) of the last mask_key
         self._next: dict = {}
+        self._completion_keys: dict = {}
         self._initial = JSONState(self.machine.initial(), None)
         self._final: bytes | None = None
 
@@ -393,10 +394,11 @@ class JSONSchema(BytePotential[JSONState]):
         return (state.configs, last[1][start:])
 
     def completion_key(self, state: JSONState) -> Any:
-        """The recognizer configurations alone: the text inside an open container changes
-        what its closing bracket accepts only in rare cases (uniqueItems, checks at the end),
-        not how far away that bracket is."""
-        return state.configs
+        """The recognizer configurations with each plain string's length reduced to the
+        characters it still needs (``Machine.completion_key``), and without the text: the text
+        inside an open container changes what its closing bracket accepts only in rare cases
+        (uniqueItems, checks at the end), not how far away that bracket is."""
+        return remembered(self._completion_keys, state.configs, self.machine.completion_key, MEMO_LIMIT)
 
     def _open_start(self, configs: frozenset) -> int | None:
         """The smallest offset at which a checked container still open in ``configs`` starts."""

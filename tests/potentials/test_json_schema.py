@@ -537,3 +537,20 @@ async def test_transition_memo_is_bounded_and_changes_nothing(monkeypatch):
             assert len(pot._memo) <= 3 + i + 1
     assert [await pot.complete(d) for d in docs] == want
     assert want.count(0.0) == 2
+
+
+def test_completion_key_groups_string_lengths_by_the_characters_still_needed():
+    """The budget twist remembers completion lengths per completion_key: inside a plain string
+    the key keeps max(minLength - count, 0), not the count, so a long value's states share one
+    search; a pattern's automaton keeps the count (its completion may depend on it)."""
+    def key(pot, text):
+        state = pot.initial()
+        state = pot.advance(state, text.encode())
+        return pot.completion_key(state)
+
+    plain = JSONSchema({"type": "object", "properties": {"s": {"type": "string", "minLength": 3, "maxLength": 200}}})
+    assert key(plain, '{"s": "abc') == key(plain, '{"s": "abcdefghij') == key(plain, '{"s": "' + "x" * 150)
+    assert key(plain, '{"s": "ab') != key(plain, '{"s": "abc') != key(plain, '{"s": "a')
+    assert key(plain, '{"s": "abc') != key(plain, '{"s": "abc"')  # closed: another state
+    patterned = JSONSchema({"type": "string", "pattern": "^[a-z]+$", "maxLength": 50})
+    assert key(patterned, '"abc') != key(patterned, '"abcdef')
