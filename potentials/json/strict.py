@@ -35,7 +35,7 @@ from potentials.json.drafts import DEFAULT
 OBJECT_KEYS = ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")
 #: keywords that name items of the array they sit on
 ARRAY_KEYS = ("prefixItems", "items", "additionalItems", "unevaluatedItems")
-#: keywords whose subschema applies to a child value (key -> is its value a map of subschemas)
+#: keywords whose subschemas apply to a child value (key -> the shape of its value)
 _CHILDREN = {"properties": "map", "patternProperties": "map", "additionalProperties": "one",
              "items": "one_or_list", "prefixItems": "list", "additionalItems": "one"}
 #: keywords whose subschemas apply to the same value and are combined with their siblings
