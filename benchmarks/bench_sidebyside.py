@@ -486,7 +486,7 @@ def coverage(records: list[dict]) -> list[str]:
         wall = sum(walls[e]) / len(walls[e]) if walls[e] else float("nan")
         out.append(f"- {e}: {total} valid vs the best masking engine's {best}; below the best masking "
                    f"engine on {len(below)} split(s){': ' + ', '.join(below) if below else ''}; wall "
-                   f"{wall / fastest[0]:.1f}x {fastest[1]}'s")
+                   f"{wall / fastest[0]:.1f}x the fastest masking engine's ({fastest[1]})")
     return out
 
 

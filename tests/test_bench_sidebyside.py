@@ -91,12 +91,26 @@ def test_summary_counts_and_failure_classes():
     # c: no engine has a valid output there, so it is no failure class of smc-steer's
     assert fails == ["- b (S): compile error: ValueError: no; valid from xgrammar",
                      "- d (S): no finished output within max_tokens; valid from outlines"]
+    # valid outputs per split (a column per engine) and the coverage goal per smc-steer row:
+    # 1 valid against the best masking engine's 2 (xgrammar; outlines 1); equal walls: the
+    # first name
+    assert "| split | smc-steer | xgrammar | outlines |" in out and "| S | 1 | 2 | 1 |" in out
+    assert ("- smc-steer: 1 valid vs the best masking engine's 2; below the best masking engine on "
+            "1 split(s): S; wall 1.0x the fastest masking engine's (outlines)") in out
+
+
+def test_coverage_goal_met_on_every_split():
+    records = [_rec("smc-steer:strict", "a", split="A"), _rec("llguidance", "a", split="A", valid=False, wall_s=1.0),
+               _rec("smc-steer:strict", "b", split="B"), _rec("llguidance", "b", split="B", wall_s=1.0)]
+    assert sbs.coverage(records)[-1] == ("- smc-steer:strict: 2 valid vs the best masking engine's 1; below the "
+                                         "best masking engine on 0 split(s); wall 2.0x the fastest masking engine's "
+                                         "(llguidance)")
 
 
 @pytest.mark.slow
 def test_quick_form_runs_the_smc_steer_rows(tmp_path, capsys):
     corpus, out = _corpus(tmp_path), tmp_path / "runs.jsonl"
-    argv = ["--quick", "--corpus", str(corpus), "--records", str(out), "--engines", "smc-steer,smc-steer:N=1"]
+    argv = ["--quick", "--corpus", str(corpus), "--records", str(out), "--engines", ",".join(sbs.SMC_ENGINES)]
     records = sbs.main(argv)
     assert sorted((r["engine"], r["split"]) for r in records) == sorted(
         (e, s) for e in sbs.SMC_ENGINES for s in ("BFCL", "Handwritten", "Synthesized"))
@@ -109,7 +123,8 @@ def test_quick_form_runs_the_smc_steer_rows(tmp_path, capsys):
     assert "| **total** | smc-steer | 3 | 3 |" in capsys.readouterr().out
     # resumed: the saved pairs are not run again
     again = sbs.main(argv)
-    assert len(out.read_text().splitlines()) == 6 and len(again) == 6
+    n = 3 * len(sbs.SMC_ENGINES)
+    assert len(out.read_text().splitlines()) == n and len(again) == n
 
 
 @pytest.mark.slow
