@@ -408,7 +408,7 @@ def safe_constraint(field: str, spec: dict[str, Any], limits: Limits) -> dict[st
         except json.JSONDecodeError as e:
             raise ApiError(f"invalid {field}: the schema is not valid JSON: {e}", param=field,
                            code="invalid_constraint") from None
-        spec = {kind: value}
+        spec = {**spec, kind: value}
     # anywhere in the spec: a structural tag or segments hold schemas and grammars of their own
     for ref in external_refs(spec):
         raise ApiError(f"invalid {field}: $ref {ref!r} points outside the schema; only local "

@@ -385,7 +385,9 @@ def test_response_format_strict_closes_the_schema():
     false or absent: the schema as JSON Schema reads it."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     for strict, closed in ((True, True), (False, False), (None, False)):
-        js = {"name": "o", "schema": schema, **({} if strict is None else {"strict": strict})}
-        call = parse_call({"model": MODEL, "messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": js}},
-                          "chat", MODEL)
-        assert call.request.constraint.strict is closed
+        for given in (schema, json.dumps(schema)):  # an object, or its JSON text
+            js = {"name": "o", "schema": given, **({} if strict is None else {"strict": strict})}
+            call = parse_call({"model": MODEL, "messages": MESSAGES,
+                               "response_format": {"type": "json_schema", "json_schema": js}}, "chat", MODEL)
+            assert call.request.constraint.strict is closed
+            assert call.request.constraint.schema == schema
