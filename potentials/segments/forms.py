@@ -231,6 +231,10 @@ def tools_constraint(tools: Any, tool_choice: Any = "auto",
     written: each tool's call is a configuration of its own, and writing the name kills the
     others).
 
+    A function with ``strict: true`` gets its parameters in strict mode (``JSONSchema(...,
+    strict=True)``: no argument keys the schema does not name); the call that a required
+    tool_choice opens the output with is strict when every function is.
+
     tool_choice: "auto" (zero or more calls), "required" (the output opens with a call, after
     optional whitespace), "none" (None: no constraint from the tools), or {"type": "function",
     "function": {"name": N}} (as "required", each call to N). ``parallel_tool_calls=False``: the
@@ -257,14 +261,17 @@ def tools_constraint(tools: Any, tool_choice: Any = "auto",
     if not isinstance(parallel_tool_calls, bool):
         raise InvalidArgumentType(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
     schemas = [call_schema(name, params) for name, params, _ in functions]
-    tags = [Tag(TOOL_CALL_BEGIN, schema_from_json(schema, f"tools[{name!r}].parameters"), TOOL_CALL_END)
-            for schema, (name, _, _) in zip(schemas, functions)]
+    # a function's strict: true closes its parameters' open objects, as OpenAI's strict mode
+    # requires of them (JSONSchema's strict mode; the arguments stay valid under the schema)
+    strict = [fn.get("strict") is True for _, _, fn in functions]
+    tags = [Tag(TOOL_CALL_BEGIN, schema_from_json(schema, f"tools[{name!r}].parameters", closed), TOOL_CALL_END)
+            for schema, (name, _, _), closed in zip(schemas, functions, strict)]
     if not at_least_one:
         return Segments([Triggered(tags, [TOOL_CALL_BEGIN], stop_after_first=not parallel_tool_calls)])
     # A required call opens the output (after optional whitespace), as OpenAI's "required" answers
     # calls rather than text: free text before the first call would let a model that never writes
     # the tag (a small one) spend the whole budget before it.
-    first = schema_from_json(schemas[0] if len(schemas) == 1 else {"anyOf": schemas}, "tools")
+    first = schema_from_json(schemas[0] if len(schemas) == 1 else {"anyOf": schemas}, "tools", all(strict))
     parts: list[Part | BytePotential | str] = [Regex(LEADING_SPACE), TOOL_CALL_BEGIN, first, TOOL_CALL_END]
     if parallel_tool_calls:
         parts.append(Triggered(tags, [TOOL_CALL_BEGIN]))

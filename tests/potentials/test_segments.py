@@ -216,6 +216,18 @@ async def test_tools_constraint_modes():
     assert tools_constraint(tools, "none") is None
 
 
+async def test_a_strict_function_gets_no_argument_keys_its_parameters_do_not_name():
+    params = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    extra = b'<tool_call>{"name": "f", "arguments": {"x": 1, "y": 2}}</tool_call>'
+    named = b'<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+    for strict, closed in ((True, True), (None, False)):
+        fn = {"name": "f", "parameters": params, **({} if strict is None else {"strict": strict})}
+        for choice in ("auto", "required"):
+            pot = tools_constraint([{"type": "function", "function": fn}], choice)
+            assert await pot.complete(named) == 0.0
+            assert (await pot.complete(extra) == NEG_INF) is closed, (strict, choice)
+
+
 async def test_structural_tag_current_form_sequence_and_any_text():
     pot = structural_tag({"type": "structural_tag", "format": {"type": "sequence", "elements": [
         {"type": "any_text"}, {"type": "const_string", "value": "<answer>"},
