@@ -19,7 +19,8 @@ sibling branch names keys of the same object (``{"allOf": [{"properties": {"a": 
 with both keys). Nothing under ``not``, ``if``/``then``/``else``, ``contains``,
 ``propertyNames``, ``dependentSchemas``/``dependencies``, a nested ``$schema`` or ``$id``, or
 reached by a non-local reference, is changed, nor is an object schema whose own branches name
-keys. ``JSONSchema(S, strict=True)`` generates under closed(S) and checks every finished
+keys, or one that closing would leave with no valid value (``required`` or ``minProperties``
+asking for keys it does not name, ``minItems`` beyond a tuple, ``const``/``enum``, ``contains``). ``JSONSchema(S, strict=True)`` generates under closed(S) and checks every finished
 document against S as well, so its documents are valid under S whatever closing did.
 """
 
@@ -172,13 +173,24 @@ def _copy(node: Any, chosen: set[int], draft: str, done: dict[int, Any]) -> Any:
     if id(node) in done:
         return done[id(node)]
     out = done[id(node)] = {k: _copy(v, chosen, draft, done) for k, v in node.items()}
-    if id(node) in chosen:
+    if id(node) in chosen and not _names(node, ("const", "enum")):
         props = node.get("properties")
-        if isinstance(props, dict) and props and not _names(node, OBJECT_KEYS[1:]):
+        if (isinstance(props, dict) and props and not _names(node, OBJECT_KEYS[1:])
+                and _fits(node.get("required", []), props) and _at_most(node.get("minProperties"), len(props))):
             out["additionalProperties"] = False
-        if draft == DEFAULT:
-            if isinstance(node.get("prefixItems"), list) and not _names(node, ("items", "unevaluatedItems")):
-                out["items"] = False
-        elif isinstance(node.get("items"), list) and not _names(node, ("additionalItems", "unevaluatedItems")):
-            out["additionalItems"] = False
+        tuple_key, tail = ("prefixItems", "items") if draft == DEFAULT else ("items", "additionalItems")
+        prefix = node.get(tuple_key)
+        if (isinstance(prefix, list) and not _names(node, (tail, "unevaluatedItems", "contains"))
+                and _at_most(node.get("minItems"), len(prefix))):
+            out[tail] = False
     return out
+
+
+def _fits(required: Any, props: dict) -> bool:
+    """Are all the ``required`` names among ``props`` (else closing leaves no valid object)?"""
+    return isinstance(required, list) and all(name in props for name in required)
+
+
+def _at_most(bound: Any, size: int) -> bool:
+    """Is a min* ``bound`` (absent: None) at most ``size`` (else closing leaves nothing valid)?"""
+    return bound is None or isinstance(bound, (int, float)) and bound <= size

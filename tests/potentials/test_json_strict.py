@@ -53,6 +53,13 @@ CLOSED = {"additionalProperties": False}
     ({"type": "object", "properties": {}}, None),
     ({"properties": {"a": A}, "patternProperties": {"^x": A}}, None),
     ({"properties": {"a": A}, "additionalProperties": A}, None),
+    # closing would leave no valid value: required or minProperties beyond the named keys,
+    # minItems beyond the tuple, a const/enum, contains
+    ({"properties": {"a": A}, "required": ["a", "b"]}, None),
+    ({"properties": {"a": A}, "minProperties": 2}, None),
+    ({"prefixItems": [A], "minItems": 2}, None),
+    ({"properties": {"a": A}, "const": {"a": 1, "b": 2}}, None),
+    ({"prefixItems": [A], "contains": {"type": "string"}}, None),
     # tuples: 2020-12 prefixItems, older drafts' array-form items
     ({"prefixItems": [A]}, {"prefixItems": [A], "items": False}),
     ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [A]},
