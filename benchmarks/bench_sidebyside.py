@@ -476,7 +476,7 @@ def coverage(records: list[dict]) -> list[str]:
         return out
     best = max(sum(valid[e, s] for s in splits) for e in masking)
     walls = {e: [r["wall_s"] for r in records if r["engine"] == e and r.get("wall_s") is not None] for e in engines}
-    fastest = min((sum(w) / len(w), e) for e, w in walls.items() if e in masking and w)
+    fastest = min(((sum(w) / len(w), e) for e, w in walls.items() if e in masking and w), default=None)
     out.append("")
     for e in engines:
         if e not in SMC_ENGINES:
@@ -484,9 +484,10 @@ def coverage(records: list[dict]) -> list[str]:
         below = [s for s in splits if valid[e, s] < max(valid[m, s] for m in masking)]
         total = sum(valid[e, s] for s in splits)
         wall = sum(walls[e]) / len(walls[e]) if walls[e] else float("nan")
+        speed = "no masking engine ran" if fastest is None else \
+            f"{wall / fastest[0]:.1f}x the fastest masking engine's ({fastest[1]})"
         out.append(f"- {e}: {total} valid vs the best masking engine's {best}; below the best masking "
-                   f"engine on {len(below)} split(s){': ' + ', '.join(below) if below else ''}; wall "
-                   f"{wall / fastest[0]:.1f}x the fastest masking engine's ({fastest[1]})")
+                   f"engine on {len(below)} split(s){': ' + ', '.join(below) if below else ''}; wall {speed}")
     return out
 
 

@@ -99,6 +99,12 @@ def test_summary_counts_and_failure_classes():
             "1 split(s): S; wall 1.0x the fastest masking engine's (outlines)") in out
 
 
+def test_coverage_when_every_masking_engine_refused_the_schemas():
+    records = [_rec("smc-steer", "a"), _rec("xgrammar", "a", accepted=False, valid=False, wall_s=None)]
+    assert sbs.coverage(records)[-1] == ("- smc-steer: 1 valid vs the best masking engine's 0; below the "
+                                         "best masking engine on 0 split(s); wall no masking engine ran")
+
+
 def test_coverage_goal_met_on_every_split():
     records = [_rec("smc-steer:strict", "a", split="A"), _rec("llguidance", "a", split="A", valid=False, wall_s=1.0),
                _rec("smc-steer:strict", "b", split="B"), _rec("llguidance", "b", split="B", wall_s=1.0)]
