@@ -88,6 +88,7 @@ with no options at all (as ``make bench`` runs it). Without the corpus at its de
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import json
 import math
@@ -254,21 +255,17 @@ def run_smc(lm, task: dict, engine: str) -> dict:
 
 
 def generate(lm, task: dict, constraint, settings: dict):
-    """smc.generate for one row; temperature 0 as the server answers it (smc.api.openai): the
-    exact top-1 search within TOP1_MAX_EXPANSIONS, else beam search of TOP1_BEAM_WIDTH."""
+    """smc.generate for one row; temperature 0 as the server answers it
+    (``smc.api.generation.arun_most_probable``)."""
     import smc
-    from smc.core import defaults
-    from smc.core.errors import SearchBudgetExceeded
+    from smc.api.generation import arun_most_probable
+    from smc.api.request import Request
 
-    common = {"lm": lm, "max_tokens": task["max_tokens"], "progress": False}
     if settings.get("temperature") != 0:
-        return smc.generate(task["prompt_ids"], constraint, **common, **settings)
-    try:
-        return smc.generate(task["prompt_ids"], constraint, method="top_k", particles=1,
-                            max_expansions=defaults.TOP1_MAX_EXPANSIONS, **common)
-    except SearchBudgetExceeded:
-        return smc.generate(task["prompt_ids"], constraint, method="beam",
-                            particles=defaults.TOP1_BEAM_WIDTH, **common)
+        return smc.generate(task["prompt_ids"], constraint, lm=lm, max_tokens=task["max_tokens"],
+                            progress=False, **settings)
+    request = Request(task["prompt_ids"], constraint, max_tokens=task["max_tokens"])
+    return asyncio.run(arun_most_probable(request, lm))[0]
 
 
 # ---------------------------------------------------------------------------- peers

@@ -78,8 +78,8 @@ class _Walk:
         self.seen.add((id(node), ok))
         if node is not self.root and ("$schema" in node or "$id" in node or "id" in node):
             ok = False  # another draft or base URI: references below resolve elsewhere
-        inner = [b for k, kind in _IN_PLACE.items() for b in _subschemas(node.get(k), kind)]
-        inner.append(self.target(node.get("$ref")))
+        ref = self.target(node.get("$ref"))
+        inner = [b for k, kind in _IN_PLACE.items() for b in _subschemas(node.get(k), kind)] + [ref]
         own = self.declares_beside(node) or any(self.declares(b, set()) for b in inner)
         self.reach[id(node)] = self.reach.get(id(node), True) and ok and not own
         self.dynamic = self.dynamic or "$dynamicRef" in node or "$recursiveRef" in node
@@ -90,7 +90,6 @@ class _Walk:
                     self.visit(child, ok)
         branches = [(k, i, b) for k in _COMBINED + _ALTERNATIVES if isinstance(node.get(k), list)
                     and not old_ref for i, b in enumerate(node[k])]
-        ref = self.target(node.get("$ref"))
         if ref is not None:
             branches.append(("$ref", 0, ref))
         for key, i, branch in branches:

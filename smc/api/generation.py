@@ -24,7 +24,7 @@ from smc.backends.base import LMBackend, check_backend
 from smc.backends.loading import load_lm
 from smc.backends.prompts import Prompt, encode_prompt
 from smc.core import defaults
-from smc.core.errors import InvalidArgument, InvalidArgumentType
+from smc.core.errors import InvalidArgument, InvalidArgumentType, SearchBudgetExceeded
 from smc.engine.checkpoint import (CheckpointError, check_path, lm_description, lm_mismatch, read_header,
                                    type_name, vocab_fingerprint)
 from smc.engine.critics import BudgetCritic
@@ -123,6 +123,19 @@ def as_request(prompt: Prompt | Request, constraint: Any, settings: dict[str, An
         raise InvalidArgumentType(
             f"unknown setting {unknown[0]!r}; the settings are {', '.join(SETTINGS)}")
     return Request(prompt, constraint, **settings)
+
+
+async def arun_most_probable(request: Request, lm: LMBackend | None = None) -> tuple[Result, str]:
+    """argmax_x p(x) phi(x) for ``request``'s prompt and constraint (temperature 0): the exact
+    best-first search (method "top_k", one answer) within ``defaults.TOP1_MAX_EXPANSIONS``
+    expansions, else beam search of width ``defaults.TOP1_BEAM_WIDTH`` (a heuristic).
+    Returns (the Result, "top_k" or "beam": the method that answered)."""
+    exact = request.replace(method="top_k", particles=1, max_expansions=defaults.TOP1_MAX_EXPANSIONS)
+    try:
+        return await arun(exact, lm, False), "top_k"
+    except SearchBudgetExceeded:
+        beam = exact.replace(method="beam", particles=defaults.TOP1_BEAM_WIDTH, max_expansions=None)
+        return await arun(beam, lm, False), "beam"
 
 
 async def arun(

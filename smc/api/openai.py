@@ -35,14 +35,14 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from smc.api.generation import arun, check_memory, prompt_ids_for
+from smc.api.generation import arun, arun_most_probable, check_memory, prompt_ids_for
 from potentials.segments.forms import tools_from_json
 from smc.api.assistant_message import REASONING_NAMES, assistant_message, final_fields, stream_fields
 from smc.api.request import Request, constraint_from_json
 from smc.backends.base import LMBackend
 from smc.backends.prompts import check_messages, tool_functions
 from smc.core import defaults
-from smc.core.errors import SearchBudgetExceeded, SmcSteerError
+from smc.core.errors import SmcSteerError
 from smc.core.logmath import NEG_INF, json_number
 from smc.engine.checkpoint import Run
 from smc.engine.result import Result
@@ -627,17 +627,10 @@ class Outcome:
 
 async def run_call(call: Call, lm: LMBackend, on_step: Any = None) -> Outcome:
     """Run ``call`` on ``lm`` and draw its answer; NoFinishedSample when no sample finished."""
-    request = call.request
-    method = request.method
     if call.most_probable:
-        try:
-            result = await arun(request, lm, False)
-        except SearchBudgetExceeded:
-            method = "beam"
-            request = request.replace(method="beam", particles=defaults.TOP1_BEAM_WIDTH, max_expansions=None)
-            result = await arun(request, lm, False)
+        result, method = await arun_most_probable(call.request, lm)
     else:
-        result = await arun(request, lm, False, on_step=on_step)
+        result, method = await arun(call.request, lm, False, on_step=on_step), call.request.method
     return choose(call, result, method)
 
 
