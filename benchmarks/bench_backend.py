@@ -6,13 +6,17 @@ same token sequences (fixed in advance from a seeded generator) and returns norm
 next-token log-probs for every sequence at every step:
 
 - backend:   HFLM, particles calling ``await lm.next_token_logprobs(ctx)`` concurrently;
+- population: HFLM, one ``await lm.batch_next_token_dists(population)`` per step, as the SMC
+             engine's samplers ask;
 - loop:      a hand-written batched decode loop with one DynamicCache (reordered at
              resampling), the best a hand-tuned script does for this workload;
 - recompute: the prompt's cache is kept, but all generated tokens are run again at every
              step (what a backend without a prefix cache pays); run for the first steps only.
 
 Each variant runs in its own process so that its peak resident memory is its own.
-Usage: python benchmarks/bench_backend.py [--repeats 2] [--recompute-steps 16] [--json]
+``--prompt-tokens K`` repeats the prompt's text up to K tokens: a long prompt (a JSON Schema in
+the prompt runs to 2,000 tokens) is where reading each sequence's past costs the most.
+Usage: python benchmarks/bench_backend.py [--repeats 2] [--recompute-steps 16] [--prompt-tokens K]
 """
 
 from __future__ import annotations
@@ -71,22 +75,24 @@ def distinct_positions(all_contexts) -> int:
     return len(seen)
 
 
-def run_backend(lm_base, prompt_ids, tokens, ancestors):
+def run_backend(lm_base, prompt_ids, tokens, ancestors, population: bool = False):
     from smc.backends.hf import HFLM
 
     lm = HFLM(lm_base.model, lm_base.tokenizer, max_batch=PARTICLES)
     peak_cache = 0
     step_times = []
 
-    async def particle(ctx):
-        return await lm.next_token_logprobs(ctx)
+    async def step(pop):
+        if population:
+            return (await lm.batch_next_token_dists(pop)).logp
+        return await asyncio.gather(*(lm.next_token_logprobs(p) for p in pop))
 
     async def smc():
         nonlocal peak_cache
         pop = [list(prompt_ids) for _ in range(PARTICLES)]
         for t in range(STEPS):
             t0 = time.perf_counter()
-            rows = await asyncio.gather(*(particle(p) for p in pop))
+            rows = await step(pop)
             step_times.append(time.perf_counter() - t0)
             assert len(rows) == PARTICLES
             pop = [p + [tokens[t][i]] for i, p in enumerate(pop)]
@@ -166,15 +172,19 @@ def run_recompute(lm_base, prompt_ids, tokens, ancestors, steps: int):
     return {"wall_s": time.perf_counter() - start, "step_s": step_times}
 
 
-def child(variant: str, recompute_steps: int) -> None:
+def child(variant: str, recompute_steps: int, prompt_tokens: int) -> None:
     from smc.backends.loading import load_lm
 
     torch.manual_seed(0)
     lm = load_lm()
     prompt_ids = lm.encode(PROMPT)
+    while len(prompt_ids) < prompt_tokens:
+        prompt_ids = prompt_ids + lm.encode(" " + PROMPT)
+    if prompt_tokens:
+        prompt_ids = prompt_ids[:prompt_tokens]
     tokens, ancestors = workload(prompt_ids)
-    if variant == "backend":
-        res = run_backend(lm, prompt_ids, tokens, ancestors)
+    if variant in ("backend", "population"):
+        res = run_backend(lm, prompt_ids, tokens, ancestors, population=variant == "population")
     elif variant == "loop":
         res = run_loop(lm, prompt_ids, tokens, ancestors)
     else:
@@ -185,8 +195,9 @@ def child(variant: str, recompute_steps: int) -> None:
     print(json.dumps(res))
 
 
-def spawn(variant: str, recompute_steps: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", variant, "--recompute-steps", str(recompute_steps)]
+def spawn(variant: str, recompute_steps: int, prompt_tokens: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", variant, "--recompute-steps", str(recompute_steps),
+           "--prompt-tokens", str(prompt_tokens)]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -196,31 +207,35 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--recompute-steps", type=int, default=16)
-    ap.add_argument("--child", choices=["backend", "loop", "recompute"])
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--prompt-tokens", type=int, default=0,
+                    help="repeat the prompt's text up to this many tokens (0: the prompt as it is)")
+    ap.add_argument("--child", choices=["backend", "population", "loop", "recompute"])
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.recompute_steps)
+        child(args.child, args.recompute_steps, args.prompt_tokens)
         return
 
     runs = []
     for _ in range(args.repeats):
-        # Alternate, so that a burst of load from other processes hits both alike.
-        loop = spawn("loop", args.recompute_steps)
-        backend = spawn("backend", args.recompute_steps)
-        runs.append((backend, loop))
-    recompute = spawn("recompute", args.recompute_steps)
+        # Alternate, so that a burst of load from other processes hits all alike.
+        loop = spawn("loop", args.recompute_steps, args.prompt_tokens)
+        backend = spawn("backend", args.recompute_steps, args.prompt_tokens)
+        population = spawn("population", args.recompute_steps, args.prompt_tokens)
+        runs.append((backend, loop, population))
+    recompute = spawn("recompute", args.recompute_steps, args.prompt_tokens)
     k = args.recompute_steps
-    ratios = [b["wall_s"] / l["wall_s"] for b, l in runs]
-    # CPU seconds of the process: less sensitive than wall time to other load on the machine.
-    cpu_ratios = [b["cpu_s"] / l["cpu_s"] for b, l in runs]
-    backend, loop = runs[-1]
+    backend, loop, population = runs[-1]
     st = backend["stats"]
     report = {
-        "ratio_backend_over_loop": ratios,
-        "cpu_ratio_backend_over_loop": cpu_ratios,
-        "backend_wall_s": [b["wall_s"] for b, _ in runs],
-        "loop_wall_s": [l["wall_s"] for _, l in runs],
+        "ratio_backend_over_loop": [b["wall_s"] / l["wall_s"] for b, l, _ in runs],
+        # CPU seconds of the process: less sensitive than wall time to other load on the machine.
+        "cpu_ratio_backend_over_loop": [b["cpu_s"] / l["cpu_s"] for b, l, _ in runs],
+        "ratio_population_over_loop": [p["wall_s"] / l["wall_s"] for _, l, p in runs],
+        "cpu_ratio_population_over_loop": [p["cpu_s"] / l["cpu_s"] for _, l, p in runs],
+        "backend_wall_s": [b["wall_s"] for b, _, _ in runs],
+        "population_wall_s": [p["wall_s"] for _, _, p in runs],
+        "loop_wall_s": [l["wall_s"] for _, l, _ in runs],
+        "population_positions_computed": population["stats"]["positions_computed"],
         "positions_computed": st["positions_computed"],
         "distinct_positions": backend["distinct_positions"],
         "recomputed_prefix_tokens": st["positions_computed"] - backend["distinct_positions"],

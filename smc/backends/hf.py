@@ -13,7 +13,9 @@ A batch of contexts with cached prefixes of lengths c_r and n_r new tokens is la
 
 with P = max c_r and N = max n_r, an explicit 4-D mask (causal among real positions; a padded
 query sees only itself, so no row is all masked) and true positions c_r + k. The last column
-is then every row's last token, the only one whose logits are computed.
+is then every row's last token, the only one whose logits are computed. The states are laid out
+by ``smc.backends.stepstates``: a population's steps keep their buffer, so a row continuing a
+context of the step before reads its past in place instead of from the trie.
 
 LoRA adapters (`smc.backends.adapters`): ``lm.adapter(name)`` is a view whose log-probs are
 those of the model with that adapter. Every view (the base model included) is a *source* with
@@ -38,6 +40,7 @@ from smc.backends.batching import AutoBatcher
 from smc.backends.kvtrie import KVTrie, Node
 from smc.backends.prompts import TokenizerPrompts
 from smc.backends.quantization import quantization_config
+from smc.backends.stepstates import StepStates
 from smc.backends.vocab import build_vocab, eos_ids
 
 
@@ -50,24 +53,24 @@ class _Row:
 
 
 class _PooledLayer(DynamicLayer):
-    """A cache layer over a preallocated [B, P + N, H, D] buffer whose first P positions hold
-    the batch's gathered past; ``update`` writes new states in place (no concatenation)."""
+    """A cache layer over a preallocated [B, H, P + N, D] buffer whose first P positions hold
+    the batch's past; ``update`` writes new states in place (no concatenation)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, past: int):
         super().__init__()
         self._k, self._v, self._len = keys, values, past
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
-        self.keys = keys[:, :past].transpose(1, 2)
-        self.values = values[:, :past].transpose(1, 2)
+        self.keys = keys[:, :, :past]
+        self.values = values[:, :, :past]
 
     def update(self, key_states, value_states, *args, **kwargs):
         n = key_states.shape[-2]
-        self._k[:, self._len : self._len + n] = key_states.transpose(1, 2)
-        self._v[:, self._len : self._len + n] = value_states.transpose(1, 2)
+        self._k[:, :, self._len : self._len + n] = key_states
+        self._v[:, :, self._len : self._len + n] = value_states
         self._len += n
-        self.keys = self._k[:, : self._len].transpose(1, 2)
-        self.values = self._v[:, : self._len].transpose(1, 2)
+        self.keys = self._k[:, :, : self._len]
+        self.values = self._v[:, :, : self._len]
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
@@ -136,7 +139,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
         )
         self.special_token_ids = frozenset(special - set(self.eos_token_ids))
         self.max_context = self._find_max_context()
-        self.stats = new_counters("batch_rows", "recomputed_positions")
+        self.stats = new_counters("batch_rows", "recomputed_positions", "kv_read_positions", "kv_moved_positions")
         self._pad_id = self.eos_token_ids[0]
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._cache_arg = cache_kwarg(model)
@@ -151,6 +154,9 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self.trie = self._base.trie
         self._lora: LoraRouter | None = None  # created by the first load_adapter
         self._adapters: dict[str, Source] = {}
+        # states buffers kept from one pass to the next: per source, one for population steps
+        # and one for the batcher's single requests (each path's contexts continue its own)
+        self._steps: dict[tuple[Source, str], StepStates] = {}
         self._batcher: AutoBatcher[tuple[Source, tuple[int, ...]], torch.Tensor | None] = AutoBatcher(
             self._forward, max_batch
         )
@@ -217,6 +223,8 @@ class HFLM(TokenizerPrompts, AsyncLM):
             raise KeyError(f"no adapter named {name!r} is loaded")
         src.live = False
         src.trie.clear()
+        for path in ("population", "requests"):
+            self._steps.pop((src, path), None)
         self._lora.unload(name)
 
     # ------------------------------------------------------------------ loading
@@ -309,6 +317,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self.trie.clear()
         for src in self._adapters.values():
             src.trie.clear()
+        self._steps.clear()
 
     async def batch_next_token_dists(self, batch: Sequence[Sequence[int]]) -> NextTokenDists:
         """NextTokenDists of every context, computed on the model's device inside the forward
@@ -358,18 +367,28 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self.stats["requests"] += len(requests)
         distinct = list(dict.fromkeys(requests))
         step = self._batcher.max_batch
-        parts = []
+        steps = self._kept(src, "population") if len(distinct) <= step else None
+        parts, order = [], []
         for k in range(0, len(distinct), step):
-            rows = self._rows([(src, ids) for ids in distinct[k : k + step]])
-            logp, states = self._run(rows)
+            rows, logp, states = self._run(self._rows([(src, ids) for ids in distinct[k : k + step]]), steps)
             self._cache(rows, states, None)  # the population path keeps no rows: KV states only
             parts.append(logp)
+            order += [r.ids for r in rows]
         src.trie.evict()
         logp = parts[0] if len(parts) == 1 else torch.cat(parts)
-        if len(distinct) < len(requests):
-            where = {ids: k for k, ids in enumerate(distinct)}
+        if order != requests:
+            where = {ids: k for k, ids in enumerate(order)}
             logp = logp[torch.tensor([where[ids] for ids in requests], device=logp.device)]
         return NextTokenDists(logp.float(), torch.cumsum(torch.exp(logp), dim=-1))
+
+    def _kept(self, src: Source, path: str) -> StepStates | None:
+        """The states buffer that ``path``'s passes over ``src`` keep (None without a KV cache)."""
+        if self._kv_shape is None:
+            return None
+        key = (src, path)
+        if key not in self._steps:
+            self._steps[key] = StepStates(self._kv_shape, self.dtype, self.device, self.stats, keep=True)
+        return self._steps[key]
 
     def _rows(self, distinct: list[tuple[Source, tuple[int, ...]]]) -> list[_Row]:
         rows: list[_Row] = []
@@ -386,7 +405,9 @@ class HFLM(TokenizerPrompts, AsyncLM):
         rows = self._rows([key for key in dict.fromkeys(requests) if key[0].live])
         out: dict[tuple[Source, tuple[int, ...]], torch.Tensor] = {}
         if rows:
-            logp, states = self._run(rows)
+            sources = {r.src for r in rows}
+            steps = self._kept(rows[0].src, "requests") if len(sources) == 1 else None
+            rows, logp, states = self._run(rows, steps)
             logprobs = list(logp.float().cpu().unbind(0))
             self._cache(rows, states, logprobs)
             out = {(r.src, r.ids): lp for r, lp in zip(rows, logprobs)}
@@ -420,10 +441,22 @@ class HFLM(TokenizerPrompts, AsyncLM):
                 part,
             )
 
-    def _run(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """log p(. | r.ids) for every row as float64 [B, V] on the device, running only
-        ``r.new`` on top of ``r.past``'s states (layout in the module docstring), and the new
-        positions' key/value states (rows' ``new`` concatenated; None without a KV cache)."""
+    def _run(
+        self, rows: list[_Row], steps: StepStates | None
+    ) -> tuple[list[_Row], torch.Tensor, torch.Tensor | None]:
+        """The rows in the order they ran, log p(. | r.ids) for each as float64 [B, V] on the
+        device, running only ``r.new`` on top of ``r.past``'s states (layout in the module
+        docstring; ``steps``: the population's kept buffer, None for a buffer used once), and
+        the new positions' key/value states (rows' ``new`` concatenated; None without a KV
+        cache)."""
+        view = None
+        if self._kv_shape is not None:
+            steps = steps or StepStates(self._kv_shape, self.dtype, self.device, self.stats, keep=False)
+            order, view = steps.place(
+                [r.ids[: r.past.depth] for r in rows], [len(r.new) for r in rows],
+                [r.past.path for r in rows], [r.src.trie.pool for r in rows],
+            )
+            rows = [rows[i] for i in order]
         B = len(rows)
         P = max(r.past.depth for r in rows)
         N = max(len(r.new) for r in rows)
@@ -441,11 +474,11 @@ class HFLM(TokenizerPrompts, AsyncLM):
         kwargs: dict[str, Any] = dict(
             input_ids=torch.from_numpy(input_ids).to(dev),
             position_ids=torch.from_numpy(positions).to(dev),
-            use_cache=self._kv_shape is not None,
+            use_cache=view is not None,
         )
         if self._keep_arg:
             kwargs["logits_to_keep"] = 1
-        if self._kv_shape is None:
+        if view is None:
             # Nothing cached (P = 0): the model's own padding mask is right.
             kwargs["attention_mask"] = torch.from_numpy(real_new.astype(np.int64)).to(dev)
         else:
@@ -460,16 +493,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
             mask = torch.zeros(allowed.shape, dtype=self.dtype, device=dev)
             mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
             kwargs["attention_mask"] = mask[:, None]
-
-            slots = np.zeros((B, P + N), dtype=np.int64)
-            for b, r in enumerate(rows):
-                if c[b]:
-                    slots[b, P - c[b] : P] = r.past.path
-            states = self._gather(rows, slots)
-            layers = [
-                _PooledLayer(states[:, :, i, 0], states[:, :, i, 1], P)
-                for i in range(self._kv_shape[0])
-            ]
+            layers = [_PooledLayer(view[i, 0], view[i, 1], P) for i in range(self._kv_shape[0])]
             kwargs[self._cache_arg] = Cache(layers=layers)
         if self._lora is None:
             logits = self.model(**kwargs).logits[:, -1, : len(self.vocab)]
@@ -485,22 +509,9 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self.stats["positions_computed"] += int(n.sum())
         self.stats["positions_reused"] += int(c.sum())
         new_states = None
-        if self._kv_shape is not None:
-            new_states = states[:, P:][torch.from_numpy(real_new).to(dev)]
-        return logprobs, new_states
-
-    def _gather(self, rows: list[_Row], slots: np.ndarray) -> torch.Tensor:
-        """The batch's past states [B, P + N, *kv_shape]: ``slots[b]`` read from row b's trie
-        (slot 0, zero, wherever nothing is cached)."""
-        B, T = slots.shape
-        dev = self.device
-        tries = {id(r.src.trie): r.src.trie for r in rows}
-        if len(tries) == 1:
-            pool = next(iter(tries.values())).pool
-            return pool.index_select(0, torch.from_numpy(slots.reshape(-1)).to(dev)).view(B, T, *self._kv_shape)
-        states = torch.empty((B, T, math.prod(self._kv_shape)), dtype=self.dtype, device=dev)
-        for key, trie in tries.items():
-            members = [b for b, r in enumerate(rows) if id(r.src.trie) == key]
-            flat = torch.from_numpy(slots[members].reshape(-1)).to(dev)
-            states[torch.tensor(members, device=dev)] = trie.pool.index_select(0, flat).view(len(members), T, -1)
-        return states.view(B, T, *self._kv_shape)
+        if view is not None:
+            steps.commit([r.ids for r in rows], n.tolist())
+            # [layers, 2, B, heads, N, dim] -> one slot row per real new position
+            new = view[:, :, :, :, P:].permute(2, 4, 0, 1, 3, 5)
+            new_states = new[torch.from_numpy(real_new).to(dev)]
+        return rows, logprobs, new_states

@@ -207,11 +207,11 @@ async def test_failed_forward_fails_its_batch_only(make_lm, reference, monkeypat
     real_run = lm._run
     calls = {"n": 0}
 
-    def failing_once(rows):
+    def failing_once(rows, steps):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("simulated device failure")
-        return real_run(rows)
+        return real_run(rows, steps)
 
     monkeypatch.setattr(lm, "_run", failing_once)
     results = await asyncio.gather(
