@@ -213,6 +213,8 @@ def main() -> None:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+    out["backend_stats"] = dict(lm.stats)
+    print(json.dumps({"backend_stats": out["backend_stats"]}))
     out["load_average_after"] = __import__("os").getloadavg()
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))

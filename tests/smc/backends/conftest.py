@@ -9,11 +9,17 @@ decorator points at the caller of ``forward``, which is ``torch.nn.modules.modul
 Warnings that another library's call provokes are not ours to fix and are let through by name
 (``THIRD_PARTY``). Tests marked ``vllm`` are left out: vLLM's engine runs torch and transformers code of its own in
 the same process, whose warnings are not provoked by our calls.
+
+The HF backend's tests share two fixtures: ``make_lm`` (a fresh HFLM over the embedded model's
+weights) and ``reference`` (log-probs of a plain transformers forward).
 """
 
 from pathlib import Path
 
 import pytest
+import torch
+
+from smc.backends.hf import HFLM
 
 HERE = Path(__file__).resolve().parent
 MODULES = r"(torch|transformers)(\..*)?"
@@ -47,3 +53,30 @@ def embedded_mlx_lm():
     if not mlx_available():
         pytest.skip("MLX is not installed here (mlx.core / mlx_lm do not import): pip install 'smc-steer[mlx-cpu]'")
     return load_lm(backend="mlx")
+
+
+@pytest.fixture
+def make_lm(embedded_lm):
+    """A fresh backend (own cache, batcher and counters) over the embedded model's weights."""
+
+    def make(**kwargs) -> HFLM:
+        return HFLM(embedded_lm.model, embedded_lm.tokenizer, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def reference(embedded_lm):
+    """log p(. | ids) from one plain, unbatched, uncached transformers forward (float32)."""
+    model, V = embedded_lm.model, len(embedded_lm.vocab)
+    memo: dict[tuple[int, ...], torch.Tensor] = {}
+
+    @torch.inference_mode()
+    def ref(ids):
+        key = tuple(ids)
+        if key not in memo:
+            out = model(torch.tensor([list(key)]), use_cache=False, logits_to_keep=1)
+            memo[key] = torch.log_softmax(out.logits[0, -1, :V].double(), dim=-1).float()
+        return memo[key]
+
+    return ref

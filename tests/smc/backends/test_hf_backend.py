@@ -7,37 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from smc.backends.hf import HFLM
-
 TOL = 1e-4
-
-
-@pytest.fixture
-def make_lm(embedded_lm):
-    """A fresh backend (own cache, batcher and counters) over the embedded model's weights."""
-
-    def make(**kwargs) -> HFLM:
-        return HFLM(embedded_lm.model, embedded_lm.tokenizer, **kwargs)
-
-    return make
-
-
-@pytest.fixture
-def reference(embedded_lm):
-    """log p(. | ids) from one plain, unbatched, uncached transformers forward."""
-    model, V = embedded_lm.model, len(embedded_lm.vocab)
-    memo: dict[tuple[int, ...], torch.Tensor] = {}
-
-    @torch.inference_mode()
-    def ref(ids):
-        key = tuple(ids)
-        if key not in memo:
-            out = model(torch.tensor([list(key)]), use_cache=False, logits_to_keep=1)
-            logits = out.logits[0, -1, :V]
-            memo[key] = torch.log_softmax(logits.float(), dim=-1)
-        return memo[key]
-
-    return ref
 
 
 def random_ids(rng: np.random.Generator, n: int, V: int = 49152) -> list[int]:

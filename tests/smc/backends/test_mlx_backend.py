@@ -43,23 +43,6 @@ def fresh(mlx_lm):
     return make
 
 
-@pytest.fixture
-def reference(embedded_lm):
-    """log p(. | ids) from one plain, unbatched, uncached transformers forward (float32)."""
-    model, V = embedded_lm.model, len(embedded_lm.vocab)
-    memo: dict[tuple[int, ...], torch.Tensor] = {}
-
-    @torch.inference_mode()
-    def ref(ids):
-        key = tuple(ids)
-        if key not in memo:
-            out = model(torch.tensor([list(key)]), use_cache=False, logits_to_keep=1)
-            memo[key] = torch.log_softmax(out.logits[0, -1, :V].double(), dim=-1).float()
-        return memo[key]
-
-    return ref
-
-
 def random_ids(rng: np.random.Generator, n: int, V: int = 49152) -> list[int]:
     return rng.integers(17, V, size=n).tolist()
 

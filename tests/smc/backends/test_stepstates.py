@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from smc.backends import stepstates
-from smc.backends.hf import HFLM
 from smc.backends.stepstates import _placement
 
 TOL = 1e-4
@@ -41,26 +40,6 @@ def test_placement_keeps_first_continuations_in_place_and_moves_no_source(parent
     # them for a buffer row beyond B)
     kept = {q for q in parent if 0 <= q < B}
     assert len(moves) == sum(q >= 0 for q in parent) - len(kept)
-
-
-@pytest.fixture
-def make_lm(embedded_lm):
-    def make(**kwargs) -> HFLM:
-        return HFLM(embedded_lm.model, embedded_lm.tokenizer, **kwargs)
-
-    return make
-
-
-@pytest.fixture
-def reference(embedded_lm):
-    model, V = embedded_lm.model, len(embedded_lm.vocab)
-
-    @torch.inference_mode()
-    def ref(ids):
-        out = model(torch.tensor([list(ids)]), use_cache=False, logits_to_keep=1)
-        return torch.log_softmax(out.logits[0, -1, :V].float(), dim=-1)
-
-    return ref
 
 
 def check(rows, contexts, reference):
