@@ -27,10 +27,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
-#: free positions a kept buffer is given past the ones a pass writes: it is reallocated (one
-#: copy of every row's states) once per SLACK single-token steps; 64 makes that copy ~1.5% of
-#: what reading every row's past at every step cost, for ~3% more memory at a 2,000-token past
-SLACK = 64
+#: a kept buffer of P + N columns gets (P + N) // SLACK_SHARE + SLACK_MIN free ones: it is
+#: reallocated (one copy of every row's states) once per that many single-token steps, so the
+#: copy costs at most ~SLACK_SHARE positions per row and step, for at most 1 / SLACK_SHARE more
+#: memory (plus SLACK_MIN columns). A fixed count does not fit both ends: 64 columns made a
+#: 40-token population's buffer 2.6x what it needed, and a 4,000-token one reallocate every
+#: 64 steps
+SLACK_SHARE = 8
+SLACK_MIN = 16
 
 
 class StepStates:
@@ -78,7 +82,7 @@ class StepStates:
         # Forgotten until ``commit``: a pass that fails after rows moved leaves no stale index.
         self._rows = {}
         if all(q < 0 for q in parent) or P > self._end:
-            parent = [-1] * B  # nothing to keep: lay the pass out afresh
+            parent = [-1] * B  # nothing to keep: lay the pass out afresh, every row read
             self._allocate(B, P, N)
         else:
             self._make_room(B, P, N)
@@ -106,15 +110,16 @@ class StepStates:
             return
         self._rows = {ids: b for b, (ids, n) in enumerate(zip(contexts, new)) if n == N}
 
+    def _slack(self, P: int, N: int) -> int:
+        return (P + N) // SLACK_SHARE + SLACK_MIN if self.keep else 0
+
     def _allocate(self, B: int, P: int, N: int) -> None:
+        """A new buffer whose every row ``place`` reads over columns 0 .. P - 1 (the pool's
+        zero slot where a past is shorter); the rest is zeroed here, so no column holds
+        anything but zeros or states (masked columns must be finite: 0 x NaN is NaN)."""
         L, two, H, D = self.kv_shape
-        if self.keep:
-            # zeros: masked columns must hold finite numbers (0 x NaN is NaN), and a kept
-            # buffer's rows and columns are not all written before a later pass reads them
-            self._buf = torch.zeros((L, two, B, H, P + N + SLACK, D), dtype=self.dtype, device=self.device)
-        else:
-            # every row's past columns are read from a pool and the forward writes the rest
-            self._buf = torch.empty((L, two, B, H, P + N, D), dtype=self.dtype, device=self.device)
+        self._buf = torch.empty((L, two, B, H, P + N + self._slack(P, N), D), dtype=self.dtype, device=self.device)
+        self._buf[:, :, :, :, P:] = 0
         self._end, self._rows = P, {}
 
     def _make_room(self, B: int, P: int, N: int) -> None:
@@ -122,7 +127,10 @@ class StepStates:
         if B <= buf.shape[2] and E + N <= buf.shape[4]:
             return
         L, two, rows, H, _, D = buf.shape
-        grown = torch.zeros((L, two, max(B, rows), H, P + N + SLACK, D), dtype=self.dtype, device=self.device)
+        # rows grow by half at least: a population's distinct contexts grow a few at a time
+        # as its particles diverge, and each growth copies every row
+        rows_now = max(B, rows + rows // 2) if B > rows else rows
+        grown = torch.zeros((L, two, rows_now, H, P + N + self._slack(P, N), D), dtype=self.dtype, device=self.device)
         grown[:, :, :rows, :, :P] = buf[:, :, :, :, E - P : E]
         self._buf, self._end = grown, P
 
