@@ -45,8 +45,9 @@ class StepStates:
         dtype, device: of the buffer (those of the model's states).
         stats: the backend's counters; ``kv_read_positions`` counts positions read from a
             trie's pool, ``kv_moved_positions`` those copied between buffer rows.
-        keep: keep the buffer and its contexts for the next pass (a population's steps);
-            False for a buffer used once.
+        keep: keep the buffer and its contexts for the next pass of the same path (a
+            source's population steps, or its batcher's single requests); False for a buffer
+            used once (a batch mixing sources).
     """
 
     def __init__(self, kv_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
@@ -114,9 +115,9 @@ class StepStates:
         return (P + N) // SLACK_SHARE + SLACK_MIN if self.keep else 0
 
     def _allocate(self, B: int, P: int, N: int) -> None:
-        """A new buffer whose every row ``place`` reads over columns 0 .. P - 1 (the pool's
-        zero slot where a past is shorter); the rest is zeroed here, so no column holds
-        anything but zeros or states (masked columns must be finite: 0 x NaN is NaN)."""
+        """A new buffer of B rows: columns P and on are zeroed here and ``place`` reads every
+        row's columns 0 .. P - 1 (the pool's zero slot before a shorter past), so no column
+        holds anything but zeros or states (masked columns must be finite: 0 x NaN is NaN)."""
         L, two, H, D = self.kv_shape
         self._buf = torch.empty((L, two, B, H, P + N + self._slack(P, N), D), dtype=self.dtype, device=self.device)
         self._buf[:, :, :, :, P:] = 0
