@@ -87,7 +87,7 @@ class StepStates:
             self._allocate(B, P, N)
         else:
             self._make_room(B, P, N)
-        order, moves = _placement(parent, B)
+        order, moves = placement(parent, B)
         E, buf = self._end, self._buf
         if moves:
             src = torch.tensor([s for s, _ in moves], device=self.device)
@@ -149,7 +149,7 @@ class StepStates:
         self.stats["kv_read_positions"] += int(sum(len(p) for p in paths))
 
 
-def _placement(parent: list[int], B: int) -> tuple[list[int], list[tuple[int, int]]]:
+def placement(parent: list[int], B: int) -> tuple[list[int], list[tuple[int, int]]]:
     """Buffer rows 0..B-1 for B input rows whose states continue buffer rows ``parent`` (-1:
     none): ``order[b]`` is the input row placed at buffer row b, and ``moves`` the (source,
     destination) buffer rows to copy. The first input row continuing buffer row q < B stays at

@@ -6,10 +6,9 @@ import asyncio
 
 import numpy as np
 import pytest
-import torch
 
 from smc.backends import stepstates
-from smc.backends.stepstates import _placement
+from smc.backends.stepstates import placement
 
 TOL = 1e-4
 
@@ -28,7 +27,7 @@ TOL = 1e-4
 )
 def test_placement_keeps_first_continuations_in_place_and_moves_no_source(parent):
     B = len(parent)
-    order, moves = _placement(parent, B)
+    order, moves = placement(parent, B)
     assert sorted(order) == list(range(B))
     sources = {s for s, _ in moves}
     destinations = [d for _, d in moves]
