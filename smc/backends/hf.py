@@ -452,10 +452,8 @@ class HFLM(TokenizerPrompts, AsyncLM):
         view = None
         if self._kv_shape is not None:
             steps = steps or StepStates(self._kv_shape, self.dtype, self.device, self.stats, keep=False)
-            order, view = steps.place(
-                [r.ids[: r.past.depth] for r in rows], [len(r.new) for r in rows],
-                [r.past.path for r in rows], [r.src.trie.pool for r in rows],
-            )
+            order, view = steps.place([r.past for r in rows], [len(r.new) for r in rows],
+                                      [r.src.trie.pool for r in rows])
             rows = [rows[i] for i in order]
         B = len(rows)
         P = max(r.past.depth for r in rows)
@@ -510,7 +508,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
         self.stats["positions_reused"] += int(c.sum())
         new_states = None
         if view is not None:
-            steps.commit([r.ids for r in rows], n.tolist())
+            steps.commit([r.past for r in rows], [r.new for r in rows])
             # [layers, 2, B, heads, N, dim] -> one slot row per real new position
             new = view[:, :, :, :, P:].permute(2, 4, 0, 1, 3, 5)
             new_states = new[torch.from_numpy(real_new).to(dev)]

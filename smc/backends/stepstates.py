@@ -27,6 +27,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from smc.backends.kvtrie import Node
+
 #: a kept buffer of P + N columns gets (P + N) // SLACK_SHARE + SLACK_MIN free ones: it is
 #: reallocated (one copy of every row's states) once per that many single-token steps, so the
 #: copy costs at most ~SLACK_SHARE positions per row and step, for at most 1 / SLACK_SHARE more
@@ -58,28 +60,28 @@ class StepStates:
         self.keep = keep
         self._buf: torch.Tensor | None = None  # [layers, 2, rows, heads, columns, dim]
         self._end = 0  # E: the column after the last pass's last position
-        self._rows: dict[tuple[int, ...], int] = {}  # a context of the last pass -> its buffer row
+        # a context of the last pass, by ``_key``, -> its buffer row; and that pass's N
+        self._rows: dict[tuple[Node, tuple[int, ...]], int] = {}
+        self._new = 0
 
     def clear(self) -> None:
         """Give the buffer's memory back; the next pass reads every past from the trie."""
         self._buf, self._end, self._rows = None, 0, {}
 
     def place(
-        self, pasts: Sequence[tuple[int, ...]], new: Sequence[int], paths: Sequence[np.ndarray],
-        pools: Sequence[torch.Tensor],
+        self, pasts: Sequence[Node], new: Sequence[int], pools: Sequence[torch.Tensor],
     ) -> tuple[list[int], torch.Tensor]:
         """Lay out a pass: ``order`` (the rows in buffer order: batch row b is input row
         ``order[b]``) and the view [layers, 2, B, heads, P + N, dim] of their states, each past
         right-aligned at column P of the view.
 
         Args:
-            pasts: each row's cached past (its context's first c_b tokens).
+            pasts: each row's cached past, the trie node of its context's first c_b tokens.
             new: n_b, each row's count of new tokens.
-            paths: each row's trie slots of its past (length c_b).
             pools: each row's trie pool, one slot per row of [slots, prod(kv_shape)].
         """
-        B, P, N = len(pasts), max(len(p) for p in pasts), max(new)
-        parent = [self._rows.get(p, -1) if p else -1 for p in pasts]
+        B, P, N = len(pasts), max(p.depth for p in pasts), max(new)
+        parent = [self._rows.get(self._key(p), -1) if self._rows else -1 for p in pasts]
         # Forgotten until ``commit``: a pass that fails after rows moved leaves no stale index.
         self._rows = {}
         if all(q < 0 for q in parent) or P > self._end:
@@ -97,19 +99,33 @@ class StepStates:
         fresh = [b for b, r in enumerate(order) if parent[r] < 0]
         for pool in {id(pools[order[b]]): pools[order[b]] for b in fresh}.values():
             members = [b for b in fresh if pools[order[b]] is pool]
-            self._read(members, [paths[order[b]] for b in members], pool, P)
+            self._read(members, [pasts[order[b]].path for b in members], pool, P)
         return order, buf[:, :, :B, :, E - P : E + N]
 
-    def commit(self, contexts: Sequence[tuple[int, ...]], new: Sequence[int]) -> None:
-        """After the pass laid out by ``place``: ``contexts[b]`` (past + new tokens) of batch
-        row b is now whole in the buffer where every row had N = max(new) new tokens (a row
-        with fewer has padding inside it and is not kept)."""
-        N = max(new)
+    def commit(self, pasts: Sequence[Node], new: Sequence[Sequence[int]]) -> None:
+        """After the pass laid out by ``place``: the context of batch row b, ``pasts[b]``'s
+        tokens then ``new[b]``, is now whole in the buffer where every row had N = max n_b new
+        tokens (a row with fewer has padding inside it and is not kept)."""
+        N = max(len(n) for n in new)
         self._end += N
         if not self.keep:
             self.clear()
             return
-        self._rows = {ids: b for b, (ids, n) in enumerate(zip(contexts, new)) if n == N}
+        self._new = N
+        self._rows = {(past, tuple(n)): b for b, (past, n) in enumerate(zip(pasts, new)) if len(n) == N}
+
+    def _key(self, past: Node) -> tuple[Node, tuple[int, ...]] | None:
+        """The key under which ``commit`` kept the context that ends at ``past``: its ancestor
+        N levels up and the N tokens from there (N: the last pass's new-token count). A node
+        names its token path for as long as it lives, so equal keys are equal contexts; a path
+        evicted and cached again has new nodes, and is read from the trie."""
+        if past.depth < self._new:
+            return None
+        tokens = []
+        for _ in range(self._new):
+            tokens.append(past.token)
+            past = past.parent
+        return past, tuple(reversed(tokens))
 
     def _slack(self, P: int, N: int) -> int:
         return (P + N) // SLACK_SHARE + SLACK_MIN if self.keep else 0
@@ -135,7 +151,7 @@ class StepStates:
         grown[:, :, :rows, :, :P] = buf[:, :, :, :, E - P : E]
         self._buf, self._end = grown, P
 
-    def _read(self, rows: list[int], paths: list[np.ndarray], pool: torch.Tensor, P: int) -> None:
+    def _read(self, rows: list[int], paths: Sequence[np.ndarray], pool: torch.Tensor, P: int) -> None:
         """Rows ``rows`` of the buffer get their pasts from ``pool``, right-aligned at E, and
         zeros in the P - c_b columns before."""
         slots = np.zeros((len(rows), P), dtype=np.int64)  # slot 0 is the pool's zero row
