@@ -20,8 +20,9 @@ with both keys). Nothing under ``not``, ``if``/``then``/``else``, ``contains``,
 ``propertyNames``, ``dependentSchemas``/``dependencies``, a nested ``$schema`` or ``$id``, or
 reached by a non-local reference, is changed, nor is an object schema whose own branches name
 keys, or one that closing would leave with no valid value (``required`` or ``minProperties``
-asking for keys it does not name, ``minItems`` beyond a tuple, ``const``/``enum``, ``contains``). ``JSONSchema(S, strict=True)`` generates under closed(S) and checks every finished
-document against S as well, so its documents are valid under S whatever closing did.
+asking for keys it does not name, ``minItems`` beyond a tuple, ``const``/``enum``,
+``contains``). ``JSONSchema(S, strict=True)`` generates under closed(S) and checks every
+finished document against S as well, so its documents are valid under S whatever closing did.
 """
 
 from __future__ import annotations

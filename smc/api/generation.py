@@ -125,12 +125,18 @@ def as_request(prompt: Prompt | Request, constraint: Any, settings: dict[str, An
     return Request(prompt, constraint, **settings)
 
 
+def most_probable_settings() -> dict[str, Any]:
+    """The settings of temperature 0's first try: the exact best-first search for one answer."""
+    return {"method": "top_k", "particles": 1, "max_expansions": defaults.TOP1_MAX_EXPANSIONS}
+
+
 async def arun_most_probable(request: Request, lm: LMBackend | None = None) -> tuple[Result, str]:
     """argmax_x p(x) phi(x) for ``request``'s prompt and constraint (temperature 0): the exact
-    best-first search (method "top_k", one answer) within ``defaults.TOP1_MAX_EXPANSIONS``
-    expansions, else beam search of width ``defaults.TOP1_BEAM_WIDTH`` (a heuristic).
+    best-first search (``most_probable_settings``: method "top_k", one answer) within
+    ``defaults.TOP1_MAX_EXPANSIONS`` expansions, else beam search of width
+    ``defaults.TOP1_BEAM_WIDTH`` (a heuristic).
     Returns (the Result, "top_k" or "beam": the method that answered)."""
-    exact = request.replace(method="top_k", particles=1, max_expansions=defaults.TOP1_MAX_EXPANSIONS)
+    exact = request.replace(**most_probable_settings())
     try:
         return await arun(exact, lm, False), "top_k"
     except SearchBudgetExceeded:

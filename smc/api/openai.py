@@ -35,7 +35,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from smc.api.generation import arun, arun_most_probable, check_memory, prompt_ids_for
+from smc.api.generation import arun, arun_most_probable, check_memory, most_probable_settings, prompt_ids_for
 from potentials.segments.forms import tools_from_json
 from smc.api.assistant_message import REASONING_NAMES, assistant_message, final_fields, stream_fields
 from smc.api.request import Request, constraint_from_json
@@ -259,7 +259,7 @@ def parse_call(body: Mapping[str, Any], kind: str, model_name: str, limits: Limi
         if settings.pop("top_p", 1) != 1:
             raise ApiError("temperature 0 answers the most probable output of the model itself; "
                            "top_p must then be 1 (or absent)", param="top_p")
-        settings.update(method="top_k", particles=1, max_expansions=defaults.TOP1_MAX_EXPANSIONS)
+        settings.update(most_probable_settings())
     field, spec = _constraint(body, limits)
     tools, tool_spec = _tools(body, limits) if kind == "chat" else (None, None)
     if tool_spec is not None:
