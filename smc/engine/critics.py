@@ -20,7 +20,10 @@ end (EOS) within the tokens it has left, which the per-step weights ignore until
     r(x) = max_tokens - |x|, the tokens x has left before EOS is forced.
 
 When the search finds no completion within ``max_nodes`` states (an object open to any further
-key, say, where it writes ever new keys before the required one), m(x) = 0: no twist.
+key, say, where it writes ever new keys before the required one), m(x) = 0: no twist. That
+verdict is remembered per state key like a length: a particle writing a long value in such an
+object would otherwise repeat the whole search at every step (10-30 ms each on a JSONSchemaBench
+schema, more than a forward pass of the embedded model: benchmarks/RESULTS.md).
 
 The ``rate`` term is 0 for a particle that could stop now, small while the budget is ample, and
 grows as the budget runs out for particles that still have much to write (inside a runaway
@@ -73,7 +76,8 @@ class BudgetCritic:
             budget term alone).
         max_nodes: states expanded per completion search; past it the search stops with
             m(x) = 0 (no twist), so a slow search costs a bounded time.
-        cache_size: completion lengths remembered, keyed by the constraint's ``completion_key``.
+        cache_size: completion lengths remembered, keyed by the constraint's ``completion_key``
+            (and as many keys whose search gave up).
 
     Works with ``smc.generate`` (particles of the built-in ConstrainedGeneration program) and a
     byte-level constraint; for other particles, or without a constraint, it returns 0 (no twist).
@@ -88,18 +92,24 @@ class BudgetCritic:
         self.rate, self.max_nodes, self.cache_size = float(rate), max_nodes, cache_size
         self.per_byte = float(per_byte)
         self._cache: OrderedDict[Any, int] = OrderedDict()
+        self._gave_up: OrderedDict[Any, None] = OrderedDict()
         self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0}
 
     async def completion_bytes(self, potential: Any, state: Any) -> int:
         """m: the length of the byte string w found by the search of the module docstring,
         with potential.state_complete(advance(state, w)) > -inf. States are told apart by
         ``potential.completion_key``. If the search expands max_nodes states without finding
-        one, m = 0: no twist, for want of evidence (not remembered)."""
+        one, m = 0: no twist, for want of evidence (remembered apart from the lengths, which
+        the depth-first search reads as distances to the end)."""
         key = potential.completion_key(state)
         if key is not None and key in self._cache:
             self._cache.move_to_end(key)
             self.stats["cache_hits"] += 1
             return self._cache[key]
+        if key is not None and key in self._gave_up:
+            self._gave_up.move_to_end(key)
+            self.stats["cache_hits"] += 1
+            return 0
         self.stats["searches"] += 1
         found = await self._breadth_first(potential, state, key)
         if found is not None:
@@ -107,6 +117,10 @@ class BudgetCritic:
             return found
         found, keys = await self._depth_first(potential, state, key)
         if found is None:
+            if key is not None:
+                self._gave_up[key] = None
+                if len(self._gave_up) > self.cache_size:
+                    self._gave_up.popitem(last=False)
             return 0
         self._remember(keys, found)
         return found

@@ -122,7 +122,8 @@ async def smc(
         resampling: "multinomial", "stratified", "systematic" or "residual".
         seed: seeds all randomness (None: fresh entropy).
         critic: optional log twist psi(particle) applied after each step to unfinished
-            particles (and removed before the next one), to steer resampling.
+            particles (and removed before the next one), to steer resampling; not called
+            where nothing resamples (one particle per island, or ess_threshold 0).
         max_steps: stop after this many steps (default ``defaults.MAX_STEPS``, 1,000: a program
             whose step never finishes would otherwise run until killed; None: no bound, for a
             program that always finishes). Particles unfinished then count as weight 0, so
@@ -185,6 +186,9 @@ async def run_steps(
     n, ess_threshold, max_steps = cfg["particles"], cfg["ess_threshold"], cfg["max_steps"]
     scheme = get_scheme(cfg["resampling"])
     islands = np.arange(n).reshape(cfg.get("islands", 1), -1)
+    # a twist acts only through resampling, which never happens with ess_threshold 0 and keeps
+    # an island of one particle as it is: then the critic is not called (its searches cost time)
+    twisting = critic is not None and islands.shape[1] > 1 and ess_threshold > 0
     rng, pop, history = run.rng, run.pop, run.history
     bar = None
     if progress is not False:
@@ -207,7 +211,7 @@ async def run_steps(
                 await step_all([pop[i] for i in live])
                 for i in live:
                     run.banked.extend(pop[i].take_banked())
-                if critic is not None:
+                if twisting:
                     await run_all(_apply_critic(critic, pop[i]) for i in live)
                 for i in live:
                     pop[i].use_draw(None)

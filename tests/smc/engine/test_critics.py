@@ -73,6 +73,20 @@ def test_completion_bytes_gives_no_twist_past_max_nodes():
     assert completion(js, b'{"a":"text') == 0
 
 
+def test_a_search_that_gave_up_is_not_repeated_for_its_key():
+    """A particle writing a long value in an open object asks at every step: the first search
+    gives up (m = 0) and the next ones, in the same string, are answered from memory; a
+    length found later is not affected by it."""
+    schema = {"type": "object", "required": ["a", "b"],
+              "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+    js = JSONSchema(schema, whitespace="compact")
+    tw = BudgetCritic()
+    for text in (b'{"a":"text', b'{"a":"text that goes on', b'{"a":"text that goes on and on'):
+        assert asyncio.run(tw.completion_bytes(js, js.advance(js.initial(), text))) == 0
+    assert tw.stats["searches"] == 1 and tw.stats["cache_hits"] == 2
+    assert asyncio.run(tw.completion_bytes(js, js.advance(js.initial(), b'{"a":"text","b":"x'))) == 2
+
+
 def test_arguments_checked():
     with pytest.raises(ValueError, match="rate"):
         BudgetCritic(rate=-1)
@@ -197,3 +211,26 @@ def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sample
     for s, want in target.items():
         vals = np.array([m.get(s, 0.0) for m in mass])
         assert abs(vals.mean() - want) <= 3 * vals.std() / math.sqrt(len(vals)) + 1e-12, (s, want)
+
+
+class Refusing:
+    """A critic that fails the run if it is asked."""
+
+    def __call__(self, particle):
+        raise AssertionError("the critic was called where nothing resamples")
+
+
+@pytest.mark.parametrize("particles,islands,ess", [(1, 1, 0.5), (4, 4, 1.0), (4, 1, 0.0)])
+def test_critic_not_asked_where_nothing_resamples(particles, islands, ess):
+    """One particle per island, or ess_threshold 0: no resampling, so a twist could change
+    nothing and the critic is not called; the run equals the run without it."""
+    model = ConstrainedGeneration(make_sampler("awrs", JSON_LM, JSON_PHI), JSON_T)
+
+    async def go(critic):
+        return await smc(model, particles, ess_threshold=ess, islands=islands, seed=3, critic=critic,
+                         progress=False)
+
+    plain, refused = asyncio.run(go(None)), asyncio.run(go(Refusing()))
+    assert [(s.token_ids, s.log_weight) for s in refused.samples] == \
+        [(s.token_ids, s.log_weight) for s in plain.samples]
+    assert refused.log_ml == plain.log_ml
