@@ -21,9 +21,11 @@ end (EOS) within the tokens it has left, which the per-step weights ignore until
 
 When the search finds no completion within ``max_nodes`` states (an object open to any further
 key, say, where it writes ever new keys before the required one), m(x) = 0: no twist. That
-verdict is remembered per state key like a length: a particle writing a long value in such an
-object would otherwise repeat the whole search at every step (10-30 ms each on a JSONSchemaBench
-schema, more than a forward pass of the embedded model: benchmarks/RESULTS.md).
+verdict is remembered per state key like a length, so a particle writing a long value in such
+an object does not repeat the search at every step. On JSONSchemaBench's schemas, whose objects
+are mostly open, most searches give up (benchmarks/RESULTS.md, "bench_critic.py"): there the
+twist leaves most particles alone, and one that has a length found is twisted against others
+that have none (a departure docs/quality.md states).
 
 The ``rate`` term is 0 for a particle that could stop now, small while the budget is ample, and
 grows as the budget runs out for particles that still have much to write (inside a runaway
@@ -44,7 +46,7 @@ in nats of one byte of remaining structure (measured on the Ada task: docs/quali
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from smc.core.logmath import NEG_INF
@@ -52,6 +54,9 @@ from potentials.lift import Lifted
 
 #: states a breadth-first search expands before the depth-first one takes over
 BREADTH_NODES = 16
+#: states the depth-first search expands before it gives up (m = 0); chosen with
+#: bench_critic.py (benchmarks/RESULTS.md, "bench_critic.py")
+MAX_NODES = 100
 
 #: bytes tried, in this order, when searching for a completion: what closes strings,
 #: containers and values first, then letters (names), then the rest of printable ASCII and the
@@ -83,7 +88,8 @@ class BudgetCritic:
     byte-level constraint; for other particles, or without a constraint, it returns 0 (no twist).
     """
 
-    def __init__(self, rate: float = 1.0, max_nodes: int = 400, cache_size: int = 4096, per_byte: float = 0.0):
+    def __init__(self, rate: float = 1.0, max_nodes: int = MAX_NODES, cache_size: int = 4096,
+                 per_byte: float = 0.0):
         for name, value in (("rate", rate), ("per_byte", per_byte)):
             if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -126,23 +132,23 @@ class BudgetCritic:
         return found
 
     async def _breadth_first(self, potential: Any, state: Any, key: Any) -> int | None:
-        """The shortest completion, if one is found within BREADTH_NODES expansions."""
-        frontier, seen, depth, nodes = [state], {key} - {None}, 0, 0
-        while frontier:
-            nxt = []
-            for s in frontier:
-                nodes += 1
-                if await potential.state_complete(s) > NEG_INF:
-                    self.stats["nodes"] += nodes
-                    return depth
-                if nodes >= BREADTH_NODES:
-                    self.stats["nodes"] += nodes
-                    return None
-                for b in COMPLETION_BYTES:
-                    child = _unseen_child(potential, s, b, seen)
-                    if child is not None:
-                        nxt.append(child[0])
-            frontier, depth = nxt, depth + 1
+        """The shortest completion, if one is among the first BREADTH_NODES states in
+        breadth-first order. A state's children are made only while some of them can still be
+        reached within that number: making them (one advance per byte tried) costs far more
+        than testing the few that are reached."""
+        queue, seen, nodes = deque([(state, 0)]), {key} - {None}, 0
+        while queue:
+            s, depth = queue.popleft()
+            nodes += 1
+            if await potential.state_complete(s) > NEG_INF:
+                self.stats["nodes"] += nodes
+                return depth
+            for b in COMPLETION_BYTES:
+                if nodes + len(queue) >= BREADTH_NODES:
+                    break
+                child = _unseen_child(potential, s, b, seen)
+                if child is not None:
+                    queue.append((child[0], depth + 1))
         self.stats["nodes"] += nodes
         return None
 

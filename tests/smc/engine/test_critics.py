@@ -11,7 +11,7 @@ from potentials import JSONSchema, Regex
 from samplers import make_sampler
 from smc.engine import smc
 from smc.programs.constrained import ConstrainedGeneration
-from smc.engine.critics import BudgetCritic
+from smc.engine.critics import BREADTH_NODES, COMPLETION_BYTES, BudgetCritic
 from tests.toy_problems import FastToyLM, exact_target
 
 
@@ -71,6 +71,35 @@ def test_completion_bytes_gives_no_twist_past_max_nodes():
     js = JSONSchema(schema, whitespace="compact")
     assert completion(js, b'{"a":"text', max_nodes=3) == 0
     assert completion(js, b'{"a":"text') == 0
+
+
+class CountingAdvances:
+    """A byte potential that counts the states it is asked to advance."""
+
+    def __init__(self, potential):
+        self.potential, self.advances = potential, 0
+
+    def __getattr__(self, name):
+        return getattr(self.potential, name)
+
+    def advance(self, state, data):
+        self.advances += 1
+        return self.potential.advance(state, data)
+
+
+def test_breadth_first_search_makes_only_the_states_it_tests():
+    """Inside a free string the breadth-first search tests its BREADTH_NODES states and
+    makes children only until it holds that many: 457 advances here, where making every child
+    of each state it tested took 15 x 102 = 1,530 (with max_nodes=1 the depth-first search
+    after it makes none)."""
+    schema = {"type": "object", "required": ["a", "b"],
+              "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+    js = CountingAdvances(JSONSchema(schema, whitespace="compact"))
+    state = js.potential.advance(js.potential.initial(), b'{"a":"text')
+    tw = BudgetCritic(max_nodes=1)
+    assert asyncio.run(tw.completion_bytes(js, state)) == 0
+    assert tw.stats["nodes"] == BREADTH_NODES + 1
+    assert js.advances < 5 * len(COMPLETION_BYTES)
 
 
 def test_a_search_that_gave_up_is_not_repeated_for_its_key():
