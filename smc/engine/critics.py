@@ -20,12 +20,13 @@ end (EOS) within the tokens it has left, which the per-step weights ignore until
     r(x) = max_tokens - |x|, the tokens x has left before EOS is forced.
 
 When the search finds no completion within ``max_nodes`` states (an object open to any further
-key, say, where it writes ever new keys before the required one), m(x) = 0: no twist. That
-verdict is remembered per state key like a length, so a particle writing a long value in such
-an object does not repeat the search at every step. On JSONSchemaBench's schemas, whose objects
-are mostly open, most searches give up (benchmarks/RESULTS.md, "bench_critic.py"): there the
-twist leaves most particles alone, and one that has a length found is twisted against others
-that have none (a departure docs/quality.md states).
+key, say, where it writes ever new keys before the required one), m(x) is unknown and the
+critic returns None: then the engine twists no particle of that island at that step, since a
+particle left untwisted beside twisted ones would look as if it had nothing left to write and
+win resampling (docs/quality.md). That verdict is remembered per state key like a length, so
+a particle writing a long value in such an object does not repeat the search at every step.
+On JSONSchemaBench's schemas, whose objects are mostly open, most searches give up
+(benchmarks/RESULTS.md, "bench_critic.py"), so there the twist mostly stays off.
 
 The ``rate`` term is 0 for a particle that could stop now, small while the budget is ample, and
 grows as the budget runs out for particles that still have much to write (inside a runaway
@@ -101,12 +102,12 @@ class BudgetCritic:
         self._gave_up: OrderedDict[Any, None] = OrderedDict()
         self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0}
 
-    async def completion_bytes(self, potential: Any, state: Any) -> int:
+    async def completion_bytes(self, potential: Any, state: Any) -> int | None:
         """m: the length of the byte string w found by the search of the module docstring,
         with potential.state_complete(advance(state, w)) > -inf. States are told apart by
         ``potential.completion_key``. If the search expands max_nodes states without finding
-        one, m = 0: no twist, for want of evidence (remembered apart from the lengths, which
-        the depth-first search reads as distances to the end)."""
+        one, None (remembered apart from the lengths, which the depth-first search reads as
+        distances to the end)."""
         key = potential.completion_key(state)
         if key is not None and key in self._cache:
             self._cache.move_to_end(key)
@@ -115,7 +116,7 @@ class BudgetCritic:
         if key is not None and key in self._gave_up:
             self._gave_up.move_to_end(key)
             self.stats["cache_hits"] += 1
-            return 0
+            return None
         self.stats["searches"] += 1
         found = await self._breadth_first(potential, state, key)
         if found is not None:
@@ -127,7 +128,7 @@ class BudgetCritic:
                 self._gave_up[key] = None
                 if len(self._gave_up) > self.cache_size:
                     self._gave_up.popitem(last=False)
-            return 0
+            return None
         self._remember(keys, found)
         return found
 
@@ -191,7 +192,7 @@ class BudgetCritic:
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
 
-    async def __call__(self, particle: Any) -> float:
+    async def __call__(self, particle: Any) -> float | None:
         sampler = getattr(particle, "sampler", None)
         potential = getattr(sampler, "potential", None)
         if not isinstance(potential, Lifted) or (self.rate == 0.0 and self.per_byte == 0.0):
@@ -202,7 +203,7 @@ class BudgetCritic:
             return 0.0
         left = max(int(particle.max_tokens) - len(tokens), 1)
         m = await self.completion_bytes(potential.potential, state)
-        return -m * (self.per_byte + self.rate / left)
+        return None if m is None else -m * (self.per_byte + self.rate / left)
 
 
 def _unseen_child(potential: Any, state: Any, byte: int, seen: set) -> tuple[Any, Any] | None:

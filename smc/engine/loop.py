@@ -54,7 +54,8 @@ from smc.engine.checkpoint import CheckpointWriter, Rebuild, Run, load
 from smc.engine.result import Result, StepRecord
 from smc.programs.model import Model, Sample
 
-Critic = Callable[[Model], "float | Awaitable[float]"]
+#: a log twist for a particle, or None where it cannot rate that particle (see ``smc``)
+Critic = Callable[[Model], "float | None | Awaitable[float | None]"]
 #: called with the run after every step (its particles, banked samples, history); must not
 #: change it
 OnStep = Callable[[Run], None]
@@ -123,7 +124,10 @@ async def smc(
         seed: seeds all randomness (None: fresh entropy).
         critic: optional log twist psi(particle) applied after each step to unfinished
             particles (and removed before the next one), to steer resampling; not called
-            where nothing resamples (one particle per island, or ess_threshold 0).
+            where nothing resamples (one particle per island, or ess_threshold 0). Where it
+            returns None for a particle (it cannot rate it), no particle of that island is
+            twisted at that step: an untwisted particle among twisted ones would be compared
+            on another footing.
         max_steps: stop after this many steps (default ``defaults.MAX_STEPS``, 1,000: a program
             whose step never finishes would otherwise run until killed; None: no bound, for a
             program that always finishes). Particles unfinished then count as weight 0, so
@@ -212,7 +216,7 @@ async def run_steps(
                 for i in live:
                     run.banked.extend(pop[i].take_banked())
                 if twisting:
-                    await run_all(_apply_critic(critic, pop[i]) for i in live)
+                    await _twist(critic, pop, live, islands)
                 for i in live:
                     pop[i].use_draw(None)
                 lw = np.array([p.weight for p in pop], dtype=float)
@@ -342,10 +346,22 @@ async def step_all(particles: list[Model]) -> None:
         await Model.step_population(particles)
 
 
-async def _apply_critic(critic: Critic, p: Model) -> None:
-    if p.finished or p.weight == NEG_INF:
-        return
+async def _twist(critic: Critic, pop: list[Model], live: list[int], islands: np.ndarray) -> None:
+    """Twist the live unfinished particles by the critic's values, island by island: an
+    island where the critic rates some particle None is left untwisted at this step (any
+    positive resampling priorities chosen from the current population keep Ẑ unbiased; these
+    are the twist's or all 1)."""
+    rated = [i for i in live if not pop[i].finished and pop[i].weight > NEG_INF]
+    values = dict(zip(rated, await run_all(_rate(critic, pop[i]) for i in rated)))
+    for g in islands:
+        members = [int(i) for i in g if int(i) in values]
+        if all(values[i] is not None for i in members):
+            for i in members:
+                pop[i].twist(float(values[i]))
+
+
+async def _rate(critic: Critic, p: Model) -> float | None:
     value = critic(p)
     if inspect.isawaitable(value):
         value = await value
-    p.twist(float(value))
+    return value

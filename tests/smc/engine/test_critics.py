@@ -69,8 +69,8 @@ def test_completion_bytes_gives_no_twist_past_max_nodes():
     schema = {"type": "object", "required": ["a", "b"],
               "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
     js = JSONSchema(schema, whitespace="compact")
-    assert completion(js, b'{"a":"text', max_nodes=3) == 0
-    assert completion(js, b'{"a":"text') == 0
+    assert completion(js, b'{"a":"text', max_nodes=3) is None
+    assert completion(js, b'{"a":"text') is None
 
 
 class CountingAdvances:
@@ -97,21 +97,21 @@ def test_breadth_first_search_makes_only_the_states_it_tests():
     js = CountingAdvances(JSONSchema(schema, whitespace="compact"))
     state = js.potential.advance(js.potential.initial(), b'{"a":"text')
     tw = BudgetCritic(max_nodes=1)
-    assert asyncio.run(tw.completion_bytes(js, state)) == 0
+    assert asyncio.run(tw.completion_bytes(js, state)) is None
     assert tw.stats["nodes"] == BREADTH_NODES + 1
     assert js.advances < 5 * len(COMPLETION_BYTES)
 
 
 def test_a_search_that_gave_up_is_not_repeated_for_its_key():
     """A particle writing a long value in an open object asks at every step: the first search
-    gives up (m = 0) and the next ones, in the same string, are answered from memory; a
+    gives up (None) and the next ones, in the same string, are answered from memory; a
     length found later is not affected by it."""
     schema = {"type": "object", "required": ["a", "b"],
               "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
     js = JSONSchema(schema, whitespace="compact")
     tw = BudgetCritic()
     for text in (b'{"a":"text', b'{"a":"text that goes on', b'{"a":"text that goes on and on'):
-        assert asyncio.run(tw.completion_bytes(js, js.advance(js.initial(), text))) == 0
+        assert asyncio.run(tw.completion_bytes(js, js.advance(js.initial(), text))) is None
     assert tw.stats["searches"] == 1 and tw.stats["cache_hits"] == 2
     assert asyncio.run(tw.completion_bytes(js, js.advance(js.initial(), b'{"a":"text","b":"x'))) == 2
 
@@ -207,13 +207,25 @@ JSON_PHI = JSONSchema({"type": "object", "required": ["a", "b"], "additionalProp
 JSON_T = 5
 
 
+class PartlyRated:
+    """A critic that cannot rate a particle whose text has an odd number of bytes."""
+
+    def __init__(self, critic):
+        self.critic, self.stats = critic, critic.stats
+
+    async def __call__(self, particle):
+        return None if len(particle.text().encode()) % 2 else await self.critic(particle)
+
+
 @pytest.mark.parametrize("sampler,critic,ess", [
     ("awrs", BudgetCritic(rate=0.0, per_byte=0.8), 1.0),
     ("direct", BudgetCritic(rate=1.0, per_byte=0.3), 0.5),
+    ("awrs", PartlyRated(BudgetCritic(rate=0.0, per_byte=0.8)), 1.0),
 ])
 def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sampler, critic, ess):
     """E[Ẑ] = Z and E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for every s, by
-    enumeration of the target (JSON_T tokens), with the per-byte twist as the critic."""
+    enumeration of the target (JSON_T tokens), with the per-byte twist as the critic (in the
+    last case one that rates only some particles, so some steps go untwisted)."""
     target = exact_target(JSON_LM, lambda x: asyncio.run(JSON_PHI.complete(x)), JSON_T)
     assert len(target) >= 4
     z = sum(target.values())
@@ -263,3 +275,34 @@ def test_critic_not_asked_where_nothing_resamples(particles, islands, ess):
     assert [(s.token_ids, s.log_weight) for s in refused.samples] == \
         [(s.token_ids, s.log_weight) for s in plain.samples]
     assert refused.log_ml == plain.log_ml
+
+
+class FirstUnrated:
+    """A critic that cannot rate the first particle it is asked at each length (so at every
+    step one particle of the one island) and twists the others hard."""
+
+    def __init__(self):
+        self.length = None
+
+    def __call__(self, particle):
+        n = len(particle.token_ids())
+        if n != self.length:
+            self.length = n
+            return None
+        return -50.0
+
+
+def test_an_island_with_a_particle_the_critic_cannot_rate_is_not_twisted():
+    """One unrated particle leaves its whole island untwisted at that step: the run equals the
+    run without a critic, where twisting the rated ones (-50 nats each) would have moved every
+    resampling onto the unrated one."""
+    model = ConstrainedGeneration(make_sampler("awrs", JSON_LM, JSON_PHI), JSON_T)
+
+    async def go(critic):
+        return await smc(model, 4, ess_threshold=1.0, seed=5, critic=critic, progress=False)
+
+    plain, partly = asyncio.run(go(None)), asyncio.run(go(FirstUnrated()))
+    assert plain.stats["resampling_events"] > 0
+    assert [(s.token_ids, s.log_weight) for s in partly.samples] == \
+        [(s.token_ids, s.log_weight) for s in plain.samples]
+    assert [r.log_weights for r in partly.history] == [r.log_weights for r in plain.history]
