@@ -83,8 +83,8 @@ class BudgetCritic:
         rate: nats of twist per byte still to write per token left (>= 0).
         per_byte: nats of twist per byte still to write (>= 0; 0, the default, leaves the
             budget term alone).
-        max_nodes: states expanded per completion search; past it the search stops with
-            m(x) = 0 (no twist), so a slow search costs a bounded time.
+        max_nodes: states expanded per completion search; past it the search gives up and
+            the particle is unrated (None), so a slow search costs a bounded time.
         cache_size: completion lengths remembered, keyed by the constraint's ``completion_key``
             (and as many keys whose search gave up).
 
@@ -103,7 +103,7 @@ class BudgetCritic:
         self.per_byte = float(per_byte)
         self._cache: OrderedDict[Any, int] = OrderedDict()
         self._gave_up: OrderedDict[Any, None] = OrderedDict()
-        self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0}
+        self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0, "gave_up": 0}
 
     async def completion_bytes(self, potential: Any, state: Any) -> int | None:
         """m: the length of the byte string w found by the search of the module docstring,
@@ -127,6 +127,7 @@ class BudgetCritic:
             return found
         found, keys = await self._depth_first(potential, state, key)
         if found is None:
+            self.stats["gave_up"] += 1
             if key is not None:
                 self._gave_up[key] = None
                 if len(self._gave_up) > self.cache_size:

@@ -199,6 +199,8 @@ async def run_steps(
         bar = tqdm(total=cfg["progress_total"] or max_steps, initial=run.step, delay=0 if progress else 2.0,
                    unit="step", leave=False)
     with counters.active():
+        if twisting:
+            counters.add(critic)
         try:
             step = run.step
             while max_steps is None or step < max_steps:
@@ -268,7 +270,7 @@ async def run_steps(
     ] + run.banked
     deltas = counters.deltas()
     lm_delta = [d for o, d in deltas if is_lm(o)]
-    counted = [(o, d) for o, d in deltas if not is_lm(o)]
+    counted = [(o, d) for o, d in deltas if not is_lm(o) and o is not critic]
     stats = {
         "particles": n,
         "steps": len(history),
@@ -283,6 +285,7 @@ async def run_steps(
         "full_evaluations": sum(d.get("full_evaluations", 0) for o, d in counted if isinstance(o, TokenSampler)),
         "lm": lm_delta[0] if len(lm_delta) == 1 else lm_delta,
         "samplers": {f"{type(o).__name__}#{k}": d for k, (o, d) in enumerate(counted)},
+        "critic": next((d for o, d in deltas if o is critic), {}),
     }
     return Result(samples=samples, log_ml=logsumexp(np.array(final)) - math.log(n), history=history, stats=stats)
 

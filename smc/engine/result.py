@@ -60,8 +60,9 @@ class Result:
         history: one StepRecord per step, for genealogy plots.
         stats: run statistics: particles, steps, resampling_events, banked, tokens, wall_time_s,
             lm_forward_passes, constraint_checks (single-token checks), full_evaluations (whole
-            next-token weight vectors), and raw counter deltas under "lm" and "samplers"
-            (counters of objects shared with concurrent runs include those runs' work).
+            next-token weight vectors), and raw counter deltas under "lm", "samplers" and
+            "critic" (empty without one, or where it was not asked) (counters of objects shared
+            with concurrent runs include those runs' work).
         constraint: the constraint the run sampled under, as the caller passed it (set by
             ``smc.generate``; None for an unconstrained run or a custom program), read by
             ``parsed``.

@@ -112,7 +112,7 @@ def test_a_search_that_gave_up_is_not_repeated_for_its_key():
     tw = BudgetCritic()
     for text in (b'{"a":"text', b'{"a":"text that goes on', b'{"a":"text that goes on and on'):
         assert asyncio.run(tw.completion_bytes(js, js.advance(js.initial(), text))) is None
-    assert tw.stats["searches"] == 1 and tw.stats["cache_hits"] == 2
+    assert tw.stats["searches"] == 1 and tw.stats["cache_hits"] == 2 and tw.stats["gave_up"] == 1
     assert asyncio.run(tw.completion_bytes(js, js.advance(js.initial(), b'{"a":"text","b":"x'))) == 2
 
 
@@ -275,6 +275,16 @@ def test_critic_not_asked_where_nothing_resamples(particles, islands, ess):
     assert [(s.token_ids, s.log_weight) for s in refused.samples] == \
         [(s.token_ids, s.log_weight) for s in plain.samples]
     assert refused.log_ml == plain.log_ml
+    assert refused.stats["critic"] == {}
+
+
+def test_a_runs_stats_count_its_critics_work():
+    critic = BudgetCritic(per_byte=0.5)
+    model = ConstrainedGeneration(make_sampler("awrs", JSON_LM, JSON_PHI), JSON_T)
+    r = asyncio.run(smc(model, 4, ess_threshold=0.5, seed=0, critic=critic, progress=False))
+    assert r.stats["critic"] == critic.stats and critic.stats["searches"] > 0
+    again = asyncio.run(smc(model, 4, ess_threshold=0.5, seed=0, critic=critic, progress=False))
+    assert again.stats["critic"]["searches"] == 0 < again.stats["critic"]["cache_hits"]
 
 
 class FirstUnrated:
