@@ -57,7 +57,7 @@ class LoggedCritic(BudgetCritic):
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.searches: list[tuple[int, int]] = []
+        self.searches: list[tuple[int | None, int]] = []
         self.seconds = 0.0
 
     async def completion_bytes(self, potential, state) -> int | None:
@@ -67,7 +67,7 @@ class LoggedCritic(BudgetCritic):
             self.searches.append((m, self.stats["nodes"] - nodes))
         return m
 
-    async def __call__(self, particle) -> float:
+    async def __call__(self, particle) -> float | None:
         t0 = time.perf_counter()
         try:
             return await super().__call__(particle)

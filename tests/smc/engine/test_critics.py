@@ -63,7 +63,7 @@ def test_completion_bytes_inside_a_multibyte_character():
         assert completion(js, b'{"a":"x' + first) == rest + len(b'"}'), first
 
 
-def test_completion_bytes_gives_no_twist_past_max_nodes():
+def test_completion_bytes_gives_up_past_max_nodes():
     """An object open to any further key: the search writes ever more keys before the
     required one, and gives up."""
     schema = {"type": "object", "required": ["a", "b"],
@@ -279,6 +279,8 @@ def test_critic_not_asked_where_nothing_resamples(particles, islands, ess):
 
 
 def test_a_runs_stats_count_its_critics_work():
+    """Result.stats["critic"] is the change of the critic's counters over the run: all its searches
+    in the first run, none but cache hits when the same critic runs the same work again."""
     critic = BudgetCritic(per_byte=0.5)
     model = ConstrainedGeneration(make_sampler("awrs", JSON_LM, JSON_PHI), JSON_T)
     r = asyncio.run(smc(model, 4, ess_threshold=0.5, seed=0, critic=critic, progress=False))
