@@ -130,24 +130,29 @@ class StepStates:
     def _slack(self, P: int, N: int) -> int:
         return (P + N) // SLACK_SHARE + SLACK_MIN if self.keep else 0
 
-    def _allocate(self, B: int, P: int, N: int) -> None:
-        """A new buffer of B rows: columns P and on are zeroed here and ``place`` reads every
-        row's columns 0 .. P - 1 (the pool's zero slot before a shorter past), so no column
-        holds anything but zeros or states (masked columns must be finite: 0 x NaN is NaN)."""
+    def _new_buffer(self, rows: int, P: int, N: int) -> torch.Tensor:
+        """rows x (P + N + slack) columns: columns P and on zeroed here; columns 0 .. P - 1 of
+        a row are written (read from a pool, with its zero slot before a shorter past, copied
+        or moved) before a pass reads them, so no column holds anything but zeros or states
+        (masked columns must be finite: 0 x NaN is NaN)."""
         L, two, H, D = self.kv_shape
-        self._buf = torch.empty((L, two, B, H, P + N + self._slack(P, N), D), dtype=self.dtype, device=self.device)
-        self._buf[:, :, :, :, P:] = 0
-        self._end, self._rows = P, {}
+        buf = torch.empty((L, two, rows, H, P + N + self._slack(P, N), D), dtype=self.dtype, device=self.device)
+        buf[:, :, :, :, P:] = 0
+        return buf
+
+    def _allocate(self, B: int, P: int, N: int) -> None:
+        """A new buffer of B rows; ``place`` reads every row's past."""
+        self._buf, self._end, self._rows = self._new_buffer(B, P, N), P, {}
 
     def _make_room(self, B: int, P: int, N: int) -> None:
         buf, E = self._buf, self._end
         if B <= buf.shape[2] and E + N <= buf.shape[4]:
             return
-        L, two, rows, H, _, D = buf.shape
+        rows = buf.shape[2]
         # rows grow by half at least: a population's distinct contexts grow a few at a time
         # as its particles diverge, and each growth copies every row
         rows_now = max(B, rows + rows // 2) if B > rows else rows
-        grown = torch.zeros((L, two, rows_now, H, P + N + self._slack(P, N), D), dtype=self.dtype, device=self.device)
+        grown = self._new_buffer(rows_now, P, N)
         grown[:, :, :rows, :, :P] = buf[:, :, :, :, E - P : E]
         self._buf, self._end = grown, P
 
