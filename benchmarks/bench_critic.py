@@ -7,8 +7,10 @@ m(x), the length of a completion of its text, at every step. A length is remembe
 completion key; a search that expands ``max_nodes`` states without finding one gives up,
 remembered too: the particle is then unrated, and its island goes untwisted at that step.
 This benchmark runs that setting (N = 8, one population, AWRS,
-flexible whitespace, ``per_byte`` 0.5, seed 0) with the critic made for each ``--max-nodes``
-value (``off``: no twist, ``per_byte`` 0), on
+flexible whitespace, ``per_byte`` 0.5, seed 0) with the critic made for each ``--settings``
+value: K (the default critic with ``max_nodes`` K: breadth-first search, then the
+constraint's own completion, then the depth-first byte search), ``bytes:K`` (the byte searches
+only, ``completions=False``), ``off`` (no twist, ``per_byte`` 0), on
 
     jsonschemabench  the side-by-side selection of JSONSchemaBench schemas and its prompt
                      (bench_sidebyside.py: --per-split, --max-tokens, --max-prompt-tokens)
@@ -16,13 +18,13 @@ value (``off``: no twist, ``per_byte`` 0), on
                      (bench_quality.py's tasks, their prompts and budgets)
 
 one request after another in one process (the LM's cache cleared before each), and prints per
-corpus and max_nodes: the searches (cache misses), the share that found a length, the share
-that gave up, the states expanded by the searches that found one (percentiles, and the share
+corpus and setting: the searches (cache misses), the share that found a length (and how many
+by the constraint's completion), the share that gave up, the states expanded by the searches that found one (percentiles, and the share
 found within K states: what a smaller max_nodes would still find), the critic's seconds and
 their share of the wall time, the requests with a finished sample and the median log Ẑ, and how
 many requests gave the same output (best text and log Ẑ) as under the first setting.
 
-    python benchmarks/bench_critic.py [--corpora jsonschemabench,quality] [--max-nodes 400,100,off]
+    python benchmarks/bench_critic.py [--corpora jsonschemabench,quality] [--settings 100,bytes:100,off]
            [--per-split 3] [--max-tokens 64] [--max-prompt-tokens 2048] [--limit K] [--jsonl F]
     python benchmarks/bench_critic.py --quick     (what `make bench` runs: 2 requests per
                                                   corpus, 8 tokens; a check that it works)
@@ -52,19 +54,19 @@ WITHIN = (16, 32, 64, 100, 200, 400)
 
 
 class LoggedCritic(BudgetCritic):
-    """BudgetCritic that logs each search (m, or None where it gave up; states expanded) and
-    times every call."""
+    """BudgetCritic that logs each search (m, or None where it gave up; states expanded by the
+    byte searches; whether the constraint's completion gave m) and times every call."""
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.searches: list[tuple[int | None, int]] = []
+        self.searches: list[tuple[int | None, int, bool]] = []
         self.seconds = 0.0
 
     async def completion_bytes(self, potential, state) -> int | None:
-        before, nodes = self.stats["searches"], self.stats["nodes"]
+        before, nodes, known = self.stats["searches"], self.stats["nodes"], self.stats["completions"]
         m = await super().completion_bytes(potential, state)
         if self.stats["searches"] > before:
-            self.searches.append((m, self.stats["nodes"] - nodes))
+            self.searches.append((m, self.stats["nodes"] - nodes, self.stats["completions"] > known))
         return m
 
     async def __call__(self, particle) -> float | None:
@@ -93,11 +95,23 @@ def requests(lm, corpus: str, args) -> list[dict]:
              "constraint": (lambda t=t: constraint_for(t, "flexible"))} for t in tasks]
 
 
-def run(lm, req: dict, max_nodes: int | None) -> dict:
-    """One request with the twist searching up to ``max_nodes`` states (None: no twist)."""
+def critic_for(setting: str) -> LoggedCritic | None:
+    """The critic of a ``--settings`` value: "K", "bytes:K" or "off" (None)."""
+    if setting == "off":
+        return None
+    bytes_only = setting.startswith("bytes:")
+    try:
+        max_nodes = int(setting.removeprefix("bytes:"))
+    except ValueError:
+        raise SystemExit(f"a setting is K, bytes:K or off, not {setting!r}") from None
+    return LoggedCritic(per_byte=0.5, max_nodes=max_nodes, completions=not bytes_only)
+
+
+def run(lm, req: dict, setting: str) -> dict:
+    """One request with the critic of ``setting`` (``critic_for``)."""
     import smc
 
-    critic = None if max_nodes is None else LoggedCritic(per_byte=0.5, max_nodes=max_nodes)
+    critic = critic_for(setting)
     lm.clear_cache()
     t0 = time.perf_counter()
     # critic=None would give the request's own budget twist: per_byte 0 turns it off
@@ -105,14 +119,15 @@ def run(lm, req: dict, max_nodes: int | None) -> dict:
                      max_tokens=req["max_tokens"], critic=critic, per_byte=0.0 if critic is None else None,
                      progress=False)
     wall = time.perf_counter() - t0
-    return {"name": req["name"], "max_nodes": max_nodes, "wall_s": wall,
+    return {"name": req["name"], "setting": setting, "wall_s": wall,
             "critic_s": critic.seconds if critic else 0.0, "searches": critic.searches if critic else [],
             "best": r.best if r.posterior else None, "log_z": float(r.log_ml)}
 
 
 def summary(rows: list[dict], first: dict[str, dict]) -> str:
-    found = [n for r in rows for m, n in r["searches"] if m is not None]
-    gave = sum(1 for r in rows for m, n in r["searches"] if m is None)
+    found = [n for r in rows for m, n, _ in r["searches"] if m is not None]
+    known = sum(1 for r in rows for m, _, by_constraint in r["searches"] if by_constraint)
+    gave = sum(1 for r in rows for m, _, _ in r["searches"] if m is None)
     total = sum(len(r["searches"]) for r in rows)
     wall, crit = sum(r["wall_s"] for r in rows), sum(r["critic_s"] for r in rows)
     same = sum(1 for r in rows if (r["best"], r["log_z"]) == (first[r["name"]]["best"], first[r["name"]]["log_z"]))
@@ -120,9 +135,9 @@ def summary(rows: list[dict], first: dict[str, dict]) -> str:
     median = float(np.median([r["log_z"] for r in rows])) if rows else float("nan")
     pct = np.percentile(found, [50, 90, 99, 100]) if found else [float("nan")] * 4
     within = " ".join(f"{k}:{np.mean(np.array(found) <= k):.3f}" for k in WITHIN) if found else "-"
-    return (f"requests {len(rows)}, searches {total}, found {len(found)} ({len(found) / max(total, 1):.2f}), "
-            f"gave up {gave} ({gave / max(total, 1):.2f})\n"
-            f"    states per found search p50/p90/p99/max {pct[0]:.0f}/{pct[1]:.0f}/{pct[2]:.0f}/{pct[3]:.0f}; "
+    return (f"requests {len(rows)}, searches {total}, found {len(found)} ({len(found) / max(total, 1):.2f}; "
+            f"{known} by the constraint's completion), gave up {gave} ({gave / max(total, 1):.2f})\n"
+            f"    byte states per found search p50/p90/p99/max {pct[0]:.0f}/{pct[1]:.0f}/{pct[2]:.0f}/{pct[3]:.0f}; "
             f"found within K states {within}\n"
             f"    wall {wall:.1f} s ({wall / len(rows):.2f} s per request), critic {crit:.1f} s "
             f"({crit / wall:.1%} of wall)\n"
@@ -130,11 +145,11 @@ def summary(rows: list[dict], first: dict[str, dict]) -> str:
             f"same output as the first setting: {same}/{len(rows)}")
 
 
-def main(argv: list[str] | None = None) -> dict[str, dict[int | None, list[dict]]]:
-    """Run and print (see the module docstring); the records, by corpus and max_nodes."""
+def main(argv: list[str] | None = None) -> dict[str, dict[str, list[dict]]]:
+    """Run and print (see the module docstring); the records, by corpus and setting."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpora", default="jsonschemabench,quality")
-    ap.add_argument("--max-nodes", default="400,100,off")
+    ap.add_argument("--settings", default="100,bytes:100,off")
     ap.add_argument("--corpus", type=Path, default=sbs.DEFAULT_CORPUS)
     ap.add_argument("--per-split", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -152,7 +167,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[int | None, list[dict]
     bad = sorted(set(corpora) - {"jsonschemabench", "quality"})
     if bad:
         raise SystemExit(f"unknown corpora {bad}: jsonschemabench, quality")
-    settings = [None if x.strip() == "off" else int(x) for x in args.max_nodes.split(",")]
+    settings = [x.strip() for x in args.settings.split(",") if x.strip()]
+    for setting in settings:
+        critic_for(setting)  # a bad value is named before the model loads
     if "jsonschemabench" in corpora and not args.corpus.is_dir():
         if not args.quick:
             raise SystemExit(f"no corpus at {args.corpus} (MaskBench's data folder): pass --corpus DIR")
@@ -166,25 +183,24 @@ def main(argv: list[str] | None = None) -> dict[str, dict[int | None, list[dict]
     torch.set_num_threads(1)  # as bench_sidebyside runs every engine
     lm = smc.load_lm()
     print(f"# bench_critic: {sbs.machine()}; N = {PARTICLES}, one population, per_byte 0.5, "
-          f"max_nodes {settings}", flush=True)
+          f"settings {settings}", flush=True)
     sink = open(args.jsonl, "a", encoding="utf-8") if args.jsonl else None
-    out: dict[str, dict[int | None, list[dict]]] = {}
+    out: dict[str, dict[str, list[dict]]] = {}
     for corpus in corpora:
         reqs = requests(lm, corpus, args)
-        by_setting: dict[int | None, list[dict]] = {}
+        by_setting: dict[str, list[dict]] = {}
         out[corpus] = by_setting
-        for max_nodes in settings:
-            rows = by_setting[max_nodes] = []
+        for setting in settings:
+            rows = by_setting[setting] = []
             for req in reqs:
-                rec = run(lm, req, max_nodes)
+                rec = run(lm, req, setting)
                 rows.append(rec)
                 if sink:
                     sink.write(json.dumps({"corpus": corpus, **rec}, ensure_ascii=False) + "\n")
                     sink.flush()
         first = {r["name"]: r for r in by_setting[settings[0]]}
-        for max_nodes, rows in by_setting.items():
-            name = "off (no twist)" if max_nodes is None else f"max_nodes {max_nodes}"
-            print(f"{corpus}, {name}: {summary(rows, first)}", flush=True)
+        for setting, rows in by_setting.items():
+            print(f"{corpus}, {setting}: {summary(rows, first)}", flush=True)
     return out
 
 

@@ -1,7 +1,8 @@
 """benchmarks/bench_critic.py end to end in its quick form, on the embedded model and a corpus
 of two schemas written here (the MaskBench corpus is not vendored): a closed object, whose
-searches find lengths, and an object open to any further key before a required one, whose
-searches give up; the records say which, and the same request under two max_nodes values."""
+searches find lengths, and an object open to any further key before a required one, whose byte
+searches give up and whose lengths the constraint's own completion gives; the records say
+which, under three settings."""
 
 from __future__ import annotations
 
@@ -31,16 +32,21 @@ def test_quick_form_logs_found_and_given_up_searches(tmp_path, capsys):
     for name, schema in SCHEMAS.items():
         (d / name).write_text(json.dumps({"schema": schema, "tests": []}))
     out = bench_critic.main(["--quick", "--corpora", "jsonschemabench", "--corpus", str(d),
-                             "--max-nodes", "100,20,off"])
+                             "--settings", "100,bytes:100,off"])
     printed = capsys.readouterr().out
     rows = out["jsonschemabench"]
-    assert list(rows) == [100, 20, None] and all(len(r) == 2 for r in rows.values())
-    assert rows[None][0]["searches"] == [] and rows[None][0]["critic_s"] == 0.0
-    by_name = {r["name"]: r for r in rows[100]}
-    closed, open_ = by_name["Handwritten_1"], by_name["Github_easy_2"]
-    assert any(m is not None and m > 0 for m, _ in closed["searches"])
-    assert any(m is None and n > BREADTH_NODES for m, n in open_["searches"])
-    assert all(n <= 100 + BREADTH_NODES for _, n in open_["searches"])
-    assert "jsonschemabench, max_nodes 100: requests 2" in printed and "gave up" in printed
-    for r in rows[100] + rows[20]:
+    assert list(rows) == ["100", "bytes:100", "off"] and all(len(r) == 2 for r in rows.values())
+    assert rows["off"][0]["searches"] == [] and rows["off"][0]["critic_s"] == 0.0
+    default = {r["name"]: r for r in rows["100"]}
+    bytes_only = {r["name"]: r for r in rows["bytes:100"]}
+    for by_name in (default, bytes_only):
+        assert any(m is not None and m > 0 for m, _, _ in by_name["Handwritten_1"]["searches"])
+    # the open object: the byte search gives up within its states; the constraint answers
+    assert any(m is None and n > BREADTH_NODES for m, n, _ in bytes_only["Github_easy_2"]["searches"])
+    assert all(n <= 100 + BREADTH_NODES for _, n, _ in bytes_only["Github_easy_2"]["searches"])
+    assert not any(known for _, _, known in bytes_only["Github_easy_2"]["searches"])
+    opened = default["Github_easy_2"]["searches"]
+    assert opened and all(m is not None for m, _, _ in opened) and any(known for _, _, known in opened)
+    assert "jsonschemabench, 100: requests 2" in printed and "by the constraint's completion" in printed
+    for r in rows["100"] + rows["bytes:100"]:
         assert r["wall_s"] > 0 and 0 <= r["critic_s"] <= r["wall_s"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -40,6 +41,16 @@ from potentials.json.drafts import (
 from potentials.json import patterns as json_patterns
 from potentials.json.patterns import maybe_search
 
+#: enum candidates and examples a completion tries per keyword
+EXAMPLES_PER_KEYWORD = 4
+#: a short value of each common string format, for completions (``Clause.value_examples``)
+FORMAT_EXAMPLES = {
+    "date": "2000-01-01", "date-time": "2000-01-01T00:00:00Z", "time": "00:00:00Z",
+    "email": "a@a.aa", "idn-email": "a@a.aa", "hostname": "a.aa", "idn-hostname": "a.aa",
+    "ipv4": "0.0.0.0", "ipv6": "::", "uri": "a:a", "iri": "a:a", "uri-reference": "a",
+    "iri-reference": "a", "uuid": "00000000-0000-0000-0000-000000000000", "duration": "P1D",
+    "regex": "a", "json-pointer": "", "relative-json-pointer": "0", "uri-template": "a",
+}
 TYPES = ("null", "boolean", "object", "array", "string", "number")
 #: a disjunction larger than this is not split; its member is then checked when a scalar ends
 MAX_ALTERNATIVES = 64
@@ -433,6 +444,48 @@ class Clause:
                     parts.append(Names(frozenset(props) - seen, pats))
         return sch.expand(parts)
 
+    def key_candidates(self, seen: frozenset) -> tuple[str, ...]:
+        """Names a short completion tries for the next key after ``seen``: the required keys
+        still missing, then the other keys some member names, each group sorted."""
+        def make() -> tuple[str, ...]:
+            named, _ = self._memo("named", self._named_keys)
+            missing = self.object.required - seen
+            return tuple(sorted(missing)) + tuple(sorted(named - missing - seen))
+
+        return self._memo(("candidates", seen), make)
+
+    def value_examples(self) -> tuple[bytes, ...]:
+        """Whole values a short completion tries for this clause, as compact JSON text: its
+        members' ``const``, ``enum`` candidates, ``default`` and ``examples``, a value of each
+        string ``format`` (FORMAT_EXAMPLES), and the integers at its numeric bounds, shortest
+        first. Only a heuristic reads them (``Machine.completion_moves``): each is checked
+        like any other text before it is used."""
+        def make() -> tuple[bytes, ...]:
+            values: list = []
+            for m in self.members:
+                if isinstance(m, Const):
+                    values.append(m.value)
+                elif isinstance(m, Node) and isinstance(m.contents, dict):
+                    s = m.contents
+                    for word in ("const", "default"):
+                        if word in s:
+                            values.append(s[word])
+                    for word in ("enum", "examples"):
+                        if isinstance(s.get(word), list):
+                            values.extend(s[word][:EXAMPLES_PER_KEYWORD])
+                    if s.get("format") in FORMAT_EXAMPLES:
+                        values.append(FORMAT_EXAMPLES[s["format"]])
+                    values.extend(_bounds(s))
+            texts = {}
+            for v in values:
+                try:
+                    texts[json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")] = None
+                except (TypeError, ValueError):  # not JSON (a Python-only default)
+                    continue
+            return tuple(sorted(texts, key=len))
+
+        return self._memo("examples", make)
+
     def value_alternatives(self, key: str) -> tuple:
         """Clauses for the value of property ``key``."""
         named, patterns = self._memo("named", self._named_keys)
@@ -564,6 +617,20 @@ def _dedupe_values(cands: list[Const]) -> list[Const]:
     for c in cands:
         if not any(json_equal(c.value, d.value) for d in out):
             out.append(c)
+    return out
+
+
+def _bounds(s: dict) -> list[int]:
+    """The integers nearest inside a schema object's numeric bounds (minimum, maximum and the
+    exclusive ones, in their 2020-12 numeric form), where a bound is a number below 1e15."""
+    nearest = {"minimum": math.ceil, "maximum": math.floor,
+               "exclusiveMinimum": lambda v: math.floor(v) + 1,
+               "exclusiveMaximum": lambda v: math.ceil(v) - 1}
+    out = []
+    for word, near in nearest.items():
+        v = s.get(word)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e15:
+            out.append(near(v))
     return out
 
 

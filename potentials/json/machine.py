@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from typing import Any, Callable
 
 from potentials.text import utf8_lead
@@ -39,6 +40,7 @@ from potentials.text import utf8_lead
 TOP, OBJ, ARR, STR, NUM, LIT, CHECK = range(7)
 OPENED = -1
 WS = frozenset(b" \t\n\r")
+INF = float("inf")
 DIGITS = frozenset(b"0123456789")
 HEX = {**{c: c - 48 for c in b"0123456789"}, **{c: c - 87 for c in b"abcdef"},
        **{c: c - 55 for c in b"ABCDEF"}}
@@ -67,6 +69,25 @@ _HEX_NEXT = frozenset(HEX)
 # inside free string text: the quote, a backslash, printable ASCII, UTF-8 leading bytes
 _FREE_NEXT = frozenset(range(0x20, 0x80)) | frozenset(range(0xC2, 0xF5))
 _QUOTE_OR_ESCAPE = frozenset(b'"\\')
+#: values a completion tries where one starts: whole short values, then (after the clause's
+#: own examples) the starts of longer ones
+_SHORT_VALUES = (b"0", b'""', b"[]", b"{}", b"null", b"true", b"false")
+_VALUE_STARTS = (*(bytes((d,)) for d in b"123456789"), b'"', b"[", b"{", b"-")
+#: what a completion tries inside a number (after its end, where its parent reads one)
+_NUMBER_MOVES = dict.fromkeys(bytes((d,)) for d in b"0123456789")
+#: the bytes a completion tries inside a plain string: its end, and one more character while
+#: it is shorter than its minLength
+_FREE_MOVES = frozenset(b'"a')
+_QUOTE = frozenset(b'"')
+#: the order in which a completion tries single bytes inside a string: what ends it, then
+#: letters, digits, the rest of printable ASCII, then the bytes that continue a character
+_BYTE_ORDER = tuple(dict.fromkeys(b'"' + bytes(range(0x61, 0x7B)) + bytes(range(0x30, 0x3A))
+                                  + bytes(range(0x41, 0x5B)) + bytes(range(0x20, 0x7F))
+                                  + bytes(range(0x80, 0x100))))
+#: joint automaton states a pattern's shortest match is searched over
+PATTERN_PATH_STATES = 2_000
+#: the bytes of plain text (one character each), letters and digits first
+_PLAIN_ORDER = tuple(b for b in _BYTE_ORDER if 0x20 <= b < 0x7F and b not in b'"\\')
 #: ASCII text whose every byte is one string character: no quote, backslash or control byte
 _PLAIN_ASCII = re.compile(rb"[\x20\x21\x23-\x5b\x5d-\x7f]+")
 
@@ -124,6 +145,7 @@ class Machine:
         self.ws_limit = ws_limit
         self._lits: dict = {}
         self._dfa_live: dict = {}
+        self._pattern_paths: dict = {}
 
     def initial(self) -> frozenset:
         return frozenset({Stack((TOP, 0, 0), None)}) if self.root else frozenset()
@@ -179,14 +201,15 @@ class Machine:
 
     @staticmethod
     def completion_key(configs: frozenset) -> Any:
-        """``configs`` with the character count of each plain string (between characters, no
-        pattern, no enum/const literals) replaced by the characters it still needs,
-        max(minLength - count, 0): the closing quote is as near after 5 characters as after
-        150, so states of one string share a key (``JSONSchema.completion_key``)."""
+        """``configs`` with the character count of each string between characters, with no
+        enum/const literals, and no pattern or no maxLength, replaced by the characters it
+        still needs, max(minLength - count, 0): the closing quote is as near after 5
+        characters as after 150 (with a pattern: from the same automaton states), so states
+        of one string share a key (``JSONSchema.completion_key``)."""
         out = []
         for node in configs:
             f = node.frame
-            if _between_free_characters(f) and not f[5]:
+            if _between_free_characters(f) and (not f[5] or f[1].string.max_len == INF):
                 out.append((f[:4] + (-1 - max(f[1].string.min_len - f[4], 0),) + f[5:], node.parent))
             else:
                 out.append(node)
@@ -258,6 +281,70 @@ class Machine:
                 return None
             out = out | got
         return out
+
+    def completion_moves(self, configs: frozenset) -> list[bytes]:
+        """The chunks a short completion tries next from ``configs``, in the order tried, read
+        off each configuration's top frame (``JSONSchema.completion``): what closes the value
+        or container first (a quote, a bracket, a number's end), then a key the object
+        still needs (its required keys before others it names), then the shortest values."""
+        out: dict[bytes, None] = {}
+        for node in configs:
+            f = node.frame
+            tag = f[0]
+            if tag == OBJ:
+                phase = f[2]
+                if phase in (O_OPEN, O_AFTER):
+                    out[b"}"] = None
+                if phase == O_AFTER:
+                    out[b","] = None
+                elif phase in (O_OPEN, O_COMMA):
+                    keys = f[1].key_candidates(f[3])
+                    for k in keys:
+                        out[json.dumps(k, ensure_ascii=False).encode("utf-8", "surrogatepass")] = None
+                    if not keys:  # then a key no member names (patternProperties, propertyNames)
+                        out[b'"'] = None
+                elif phase == O_COLON:
+                    out[b":"] = None
+                elif phase == O_VALUE_NEXT:
+                    _value_moves(out, f[1].value_alternatives(f[4]))
+            elif tag == ARR:
+                phase = f[2]
+                if phase in (A_OPEN, A_AFTER):
+                    out[b"]"] = None
+                if phase == A_AFTER:
+                    out[b","] = None
+                else:
+                    _value_moves(out, f[1].item_alternatives(f[3]))
+            elif tag == TOP:
+                if f[1] == 0:
+                    _value_moves(out, self.root)
+            elif tag == NUM:
+                # the number ends at the byte its parent reads next (TOP: a finished document)
+                parent = node.parent.frame[0]
+                if f[2] in N_ACCEPT and parent != TOP:
+                    out[b"}" if parent == OBJ else b"]"] = None
+                    out[b","] = None
+                out.update(_NUMBER_MOVES)
+            elif tag == LIT:
+                out[f[2]] = None
+            elif tag == STR:
+                allowed = self.next_bytes(frozenset((node,)))
+                if _between_free_characters(f):
+                    need = max(f[1].string.min_len - f[4], 0)
+                    if f[5]:
+                        # the patterns' shortest match, then as many characters as minLength asks
+                        w = remembered(self._pattern_paths, (f[1].string.dfas, f[5]),
+                                       _pattern_completion, 10_000)
+                        if w is not None:
+                            out[w + b"a" * max(need - len(w), 0) + b'"'] = None
+                    else:
+                        # any character is as good as another, and none helps past minLength
+                        out[b"a" * need + b'"'] = None
+                        allowed = _FREE_MOVES if need else _QUOTE
+                for b in _BYTE_ORDER:
+                    if b in allowed:
+                        out[bytes((b,))] = None
+        return list(out)
 
     def _dfa_bytes(self, dfa: Any, q: int) -> frozenset:
         """The bytes that keep automaton ``dfa`` in state ``q`` alive, computed once."""
@@ -577,6 +664,49 @@ class Machine:
         if value is not None and c.needs_check("string") and not c.scalar_ok("string", value):
             return []
         return self._pop(node, value if is_key else None)
+
+
+def _pattern_completion(key: tuple) -> bytes | None:
+    """The shortest plain ASCII text (no quote, backslash or control byte, so one character per
+    byte) after which every automaton of ``key`` = (automata, their states) accepts, by
+    breadth-first search over their joint states; None beyond PATTERN_PATH_STATES of them."""
+    dfas, states = key
+    if all(d.accepts(q) for d, q in zip(dfas, states)):
+        return b""
+    parents: dict = {states: None}
+    queue = deque([states])
+    while queue and len(parents) < PATTERN_PATH_STATES:
+        cur = queue.popleft()
+        for b in _PLAIN_ORDER:
+            nxt = []
+            for d, q in zip(dfas, cur):
+                q = d.step(q, b)
+                if q is None:
+                    break
+                nxt.append(q)
+            else:
+                nxt = tuple(nxt)
+                if nxt in parents:
+                    continue
+                parents[nxt] = (cur, b)
+                if all(d.accepts(q) for d, q in zip(dfas, nxt)):
+                    path = []
+                    while parents[nxt] is not None:
+                        nxt, b = parents[nxt]
+                        path.append(b)
+                    return bytes(reversed(path))
+                queue.append(nxt)
+    return None
+
+
+def _value_moves(out: dict, alternatives: tuple) -> None:
+    """Add to ``out`` the chunks a completion tries where a value of one of ``alternatives``
+    starts: short values, the clauses' own examples (``Clause.value_examples``), the starts
+    of longer values."""
+    out.update(dict.fromkeys(_SHORT_VALUES))
+    for c in alternatives:
+        out.update(dict.fromkeys(c.value_examples()))
+    out.update(dict.fromkeys(_VALUE_STARTS))
 
 
 def _escape_may_spell(lits: frozenset, lpos: int, value: int, left: int) -> bool:

@@ -45,6 +45,8 @@ MEMO_LIMIT = 50_000
 #: collector's passes of 64 for the same compute. What a small table loses is a set reached
 #: again much later (a structure repeated after a string), stepped again: ~3 us per check.
 STEP_MEMO_LIMIT = 64
+#: states ``completion`` visits before it gives up
+COMPLETION_NODES = 200
 _DIGITS = b"0123456789"
 #: first byte of a JSON value -> the bytes it can end with
 _LAST_BY_FIRST = {ord("{"): b"}", ord("["): b"]", ord('"'): b'"', ord("-"): _DIGITS,
@@ -399,6 +401,36 @@ class JSONSchema(BytePotential[JSONState]):
         inside an open container changes what its closing bracket accepts only in rare cases
         (uniqueItems, checks at the end), not how far away that bracket is."""
         return remembered(self._completion_keys, state.configs, self.machine.completion_key, MEMO_LIMIT)
+
+    def completion(self, state: JSONState) -> bytes | None:
+        """A y with accepts_state(advance(state, y)), found by a depth-first search over the
+        schema's moves (``Machine.completion_moves``: close what is open, write the required
+        keys still missing, the shortest values), which never revisits a completion key;
+        None past COMPLETION_NODES states. Where the byte-by-byte search of the budget twist
+        writes ever new keys into an open object, this one writes the keys it needs."""
+        path = [(state, 0, b"", self.machine.completion_moves(state.configs))]
+        seen = {self.completion_key(state)}
+        nodes = 1
+        while path:
+            s, i, _, moves = path[-1]
+            if i == 0 and self.accepts_state(s):
+                return b"".join(chunk for _, _, chunk, _ in path)
+            if i == len(moves):
+                path.pop()
+                continue
+            path[-1] = (s, i + 1, path[-1][2], moves)
+            child = self.advance(s, moves[i])
+            if child is None:
+                continue
+            key = self.completion_key(child)
+            if key in seen:
+                continue
+            if nodes >= COMPLETION_NODES:
+                return None
+            seen.add(key)
+            nodes += 1
+            path.append((child, 0, moves[i], self.machine.completion_moves(child.configs)))
+        return None
 
     def _open_start(self, configs: frozenset) -> int | None:
         """The smallest offset at which a checked container still open in ``configs`` starts."""

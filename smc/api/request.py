@@ -274,11 +274,14 @@ class Request:
 
     def _lookahead(self) -> float:
         """The run's lookahead rate: ``defaults.LOOKAHEAD`` when not given for an SMC run with a
-        byte-level constraint (else 0); a given rate is a finite number >= 0, and > 0 only for
-        an SMC run with a byte-level constraint (the twist reads its byte states)."""
+        byte-level constraint other than a JSONSchema (else 0: JSON's completions steer the
+        budget twist, ``_per_byte``, and the lookahead's rate was measured on patterns only); a
+        given rate is a finite number >= 0, and > 0 only for an SMC run with a byte-level
+        constraint (the twist reads its byte states)."""
         byte_level = isinstance(self.constraint, BytePotential)
         if self.lookahead is None:
-            return defaults.LOOKAHEAD if self.method == "smc" and byte_level else 0.0
+            wanted = self.method == "smc" and byte_level and not isinstance(self.constraint, JSONSchema)
+            return defaults.LOOKAHEAD if wanted else 0.0
         rate = _number(self.lookahead, "lookahead")
         if not (math.isfinite(rate) and rate >= 0):
             raise InvalidArgument(f"lookahead must be a finite number >= 0 (nats per byte of detour), got {rate!r}")

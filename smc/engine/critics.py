@@ -13,20 +13,23 @@ end (EOS) within the tokens it has left, which the per-step weights ignore until
 
     m(x) = the length of an accepted completion of x: the shortest one when a breadth-first
            search over the constraint's byte states finds it within a few expansions, else
-           the one a depth-first search finds that tries closing bytes first (quote,
-           brackets, comma, colon, "0", letters, then the rest) and never revisits a state
-           key: an upper bound on the shortest, found in a few dozen states where breadth-
-           first search would expand every string one might write,
+           the constraint's own completion where it knows one (``completion(state)``: a
+           JSONSchema closes what is open and writes the required keys still missing with
+           short values, potentials.json), else the one a depth-first search finds that
+           tries closing bytes first (quote, brackets, comma, colon, "0", letters, then the
+           rest) and never revisits a state key: an upper bound on the shortest, found in a
+           few dozen states where breadth-first search would expand every string one might
+           write,
     r(x) = max_tokens - |x|, the tokens x has left before EOS is forced.
 
-When the search finds no completion within ``max_nodes`` states (an object open to any further
-key, say, where it writes ever new keys before the required one), m(x) is unknown and the
-critic returns None: then the engine twists no particle of that island at that step, since a
-particle left untwisted beside twisted ones would look as if it had nothing left to write and
-win resampling (docs/quality.md). That verdict is remembered per state key like a length, so
-a particle writing a long value in such an object does not repeat the search at every step.
-On JSONSchemaBench's schemas, whose objects are mostly open, most searches give up
-(benchmarks/RESULTS.md, "bench_critic.py"), so there the twist mostly stays off.
+When no completion is found (the byte search past ``max_nodes`` states: in an object open to
+any further key it writes ever new keys before the required one, which is why a JSONSchema
+answers with its own), m(x) is unknown and the critic returns None: then the engine twists
+no particle of that island at that step, since a particle left untwisted beside twisted ones
+would look as if it had nothing left to write and win resampling (docs/quality.md). That
+verdict is remembered per state key like a length, so a particle writing a long value in such
+an object does not repeat the search at every step (benchmarks/RESULTS.md, "bench_critic.py":
+how often each way finds a length on JSONSchemaBench's schemas).
 
 The ``rate`` term is 0 for a particle that could stop now, small while the budget is ample, and
 grows as the budget runs out for particles that still have much to write (inside a runaway
@@ -87,30 +90,35 @@ class BudgetCritic:
             the particle is unrated (None), so a slow search costs a bounded time.
         cache_size: completion lengths remembered, keyed by the constraint's ``completion_key``
             (and as many keys whose search gave up).
+        completions: where breadth-first search finds no length, take the length of the
+            constraint's own completion (``potential.completion(state)``, where it knows one)
+            before searching depth-first; False searches bytes only.
 
     Works with ``smc.generate`` (particles of the built-in ConstrainedGeneration program) and a
     byte-level constraint; for other particles, or without a constraint, it returns 0 (no twist).
     """
 
     def __init__(self, rate: float = 1.0, max_nodes: int = MAX_NODES, cache_size: int = 4096,
-                 per_byte: float = 0.0):
+                 per_byte: float = 0.0, completions: bool = True):
         for name, value in (("rate", rate), ("per_byte", per_byte)):
             if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not (isinstance(max_nodes, int) and max_nodes >= 1):
             raise ValueError(f"max_nodes must be an integer >= 1, got {max_nodes!r}")
         self.rate, self.max_nodes, self.cache_size = float(rate), max_nodes, cache_size
-        self.per_byte = float(per_byte)
+        if not isinstance(completions, bool):
+            raise ValueError(f"completions must be True or False, got {completions!r}")
+        self.per_byte, self.completions = float(per_byte), completions
         self._cache: OrderedDict[Any, int] = OrderedDict()
         self._gave_up: OrderedDict[Any, None] = OrderedDict()
-        self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0, "gave_up": 0}
+        self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0, "completions": 0, "gave_up": 0}
 
     async def completion_bytes(self, potential: Any, state: Any) -> int | None:
-        """m: the length of the byte string w found by the search of the module docstring,
-        with potential.state_complete(advance(state, w)) > -inf. States are told apart by
-        ``potential.completion_key``. If the search expands max_nodes states without finding
-        one, None (remembered apart from the lengths, which the depth-first search reads as
-        distances to the end)."""
+        """m: the length of the byte string w found by the search of the module docstring
+        (or the constraint's own completion), with potential.state_complete(advance(state, w))
+        > -inf. States are told apart by ``potential.completion_key``. If the search expands
+        max_nodes states without finding one, None (remembered apart from the lengths, which
+        the depth-first search reads as distances to the end)."""
         key = potential.completion_key(state)
         if key is not None and key in self._cache:
             self._cache.move_to_end(key)
@@ -122,6 +130,11 @@ class BudgetCritic:
             return None
         self.stats["searches"] += 1
         found = await self._breadth_first(potential, state, key)
+        if found is None and self.completions:
+            known = potential.completion(state)
+            if known is not None:
+                found = len(known)
+                self.stats["completions"] += 1
         if found is not None:
             self._remember([key], found)
             return found

@@ -152,12 +152,17 @@ def test_lookahead_needs_a_byte_level_constraint():
         smc.generate("", SQUARE.lift(COPY_LM), lm=COPY_LM, lookahead=1.0, progress=False)
 
 
-def test_json_schema_runs_unchanged_under_lookahead():
-    """No completions declared by JSON Schema today: accepted, and the plain run."""
+def test_json_schema_gets_the_lookahead_only_when_asked():
+    """JSONSchema knows completions, so a lookahead asked for twists its run; by default a JSON
+    run has none (its completions steer the budget twist), and is the run with lookahead=0."""
     schema = JSONSchema({"type": "boolean"})
     lm = FastToyLM(["t", "rue", "f", "alse", "$"], "$", lambda ids: [0.3, 0.2, 0.3, 0.1, 0.1])
     kw = dict(lm=lm, particles=4, max_tokens=4, seed=1, progress=False)
-    assert smc.generate("", schema, **kw).samples == smc.generate("", schema, lookahead=2.0, **kw).samples
+    plain = smc.generate("", schema, **kw)
+    assert smc.Request("", schema).lookahead == 0.0
+    assert plain.samples == smc.generate("", schema, lookahead=0, **kw).samples
+    assert Lookahead(schema.lift(lm), 2.0).active
+    assert plain.samples != smc.generate("", schema, lookahead=2.0, **kw).samples
 
 
 def test_the_default_is_on_for_byte_level_smc_runs_and_off_elsewhere():

@@ -63,24 +63,44 @@ def test_completion_bytes_inside_a_multibyte_character():
         assert completion(js, b'{"a":"x' + first) == rest + len(b'"}'), first
 
 
+class ByteSearchOnly:
+    """A byte potential without a completion of its own: the critic searches bytes."""
+
+    def __init__(self, potential):
+        self.potential = potential
+
+    def __getattr__(self, name):
+        return getattr(self.potential, name)
+
+    def completion(self, state):
+        return None
+
+
+OPEN_OBJECT = {"type": "object", "required": ["a", "b"],
+               "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+
+
 def test_completion_bytes_gives_up_past_max_nodes():
-    """An object open to any further key: the search writes ever more keys before the
-    required one, and gives up."""
-    schema = {"type": "object", "required": ["a", "b"],
-              "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
-    js = JSONSchema(schema, whitespace="compact")
+    """An object open to any further key, and a potential with no completion of its own: the
+    byte search writes ever more keys before the required one, and gives up."""
+    js = ByteSearchOnly(JSONSchema(OPEN_OBJECT, whitespace="compact"))
     assert completion(js, b'{"a":"text', max_nodes=3) is None
     assert completion(js, b'{"a":"text') is None
 
 
-class CountingAdvances:
-    """A byte potential that counts the states it is asked to advance."""
+def test_the_constraints_own_completion_answers_where_the_byte_search_gives_up():
+    """JSONSchema's completion writes the key the open object still needs: '","b":""}'."""
+    js = JSONSchema(OPEN_OBJECT, whitespace="compact")
+    assert completion(js, b'{"a":"text') == 9
+    assert completion(js, b'{"a":"text","c":{"d":[1') == len(b']},"b":""}')
+
+
+class CountingAdvances(ByteSearchOnly):
+    """A byte potential without a completion that counts the states it is asked to advance."""
 
     def __init__(self, potential):
-        self.potential, self.advances = potential, 0
-
-    def __getattr__(self, name):
-        return getattr(self.potential, name)
+        super().__init__(potential)
+        self.advances = 0
 
     def advance(self, state, data):
         self.advances += 1
@@ -92,9 +112,7 @@ def test_breadth_first_search_makes_only_the_states_it_tests():
     makes children only until it holds that many: 457 advances here, where making every child
     of each state it tested took 15 x 102 = 1,530 (with max_nodes=1 the depth-first search
     after it makes none)."""
-    schema = {"type": "object", "required": ["a", "b"],
-              "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
-    js = CountingAdvances(JSONSchema(schema, whitespace="compact"))
+    js = CountingAdvances(JSONSchema(OPEN_OBJECT, whitespace="compact"))
     state = js.potential.advance(js.potential.initial(), b'{"a":"text')
     tw = BudgetCritic(max_nodes=1)
     assert asyncio.run(tw.completion_bytes(js, state)) is None
@@ -106,9 +124,7 @@ def test_a_search_that_gave_up_is_not_repeated_for_its_key():
     """A particle writing a long value in an open object asks at every step: the first search
     gives up (None) and the next ones, in the same string, are answered from memory; a
     length found later is not affected by it."""
-    schema = {"type": "object", "required": ["a", "b"],
-              "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
-    js = JSONSchema(schema, whitespace="compact")
+    js = ByteSearchOnly(JSONSchema(OPEN_OBJECT, whitespace="compact"))
     tw = BudgetCritic()
     for text in (b'{"a":"text', b'{"a":"text that goes on', b'{"a":"text that goes on and on'):
         assert asyncio.run(tw.completion_bytes(js, js.advance(js.initial(), text))) is None
