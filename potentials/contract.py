@@ -205,7 +205,7 @@ HOOKS: dict[str, Hook] = {
         "PotentialContract.test_final_bytes_end_every_complete_text"),
     "completion(state)": Hook(
         "a y that completes the text, a function of the state",
-        "the lookahead twist's y",
+        "the lookahead twist's y; the budget twist's m (its length)",
         "PotentialContract.test_completion_is_accepted"),
     "completion_key(state)": Hook(
         "(a heuristic grouping of states needing equally long completions)",
@@ -288,8 +288,9 @@ class ByteContract(Potential, Generic[S]):
         """A short y with state_complete(advance(state, y)) > -inf, where one is known cheaply;
         else None (the default).
 
-        Only the lookahead twist (potentials.lookahead) reads it, and a run's target does not
-        depend on it, so it may be any accepted completion; it must be a function of the state.
+        Only twists read it (potentials.lookahead's y, smc.engine.critics' m), and a run's
+        target does not depend on it, so it may be any accepted completion; it must be a
+        function of the state.
         """
         return None
 

@@ -27,7 +27,8 @@ The twist must not reach the result: ``ConstrainedGeneration`` divides exp(G(x))
 finished text's weight (drawn EOS, banked EOS and the forced EOS at ``max_tokens``), so the
 target stays p(x) exp(complete(x)) and Ẑ unbiased for any y, right or wrong: y only decides
 where particles go. A constraint that declares no completion of the empty text (regular
-patterns on the automaton, JSON, grammars: none today) gets g = 0 everywhere, the run unchanged.
+patterns on the automaton, grammars) gets g = 0 everywhere, the run unchanged. A JSONSchema
+declares completions, so a rate given with one twists its run.
 """
 
 from __future__ import annotations

@@ -320,6 +320,11 @@ class Machine:
                     _value_moves(out, self.root)
             elif tag == NUM:
                 # the number ends at the byte its parent reads next (TOP: a finished document)
+                text = f[3]
+                if text is not None:  # checked when it ends: first the rest of an example
+                    for e in f[1].value_examples():
+                        if len(e) > len(text) and e.startswith(text):
+                            out[e[len(text):]] = None
                 parent = node.parent.frame[0]
                 if f[2] in N_ACCEPT and parent != TOP:
                     out[b"}" if parent == OBJ else b"]"] = None
