@@ -7,7 +7,7 @@ m(x), the length of a completion of its text, at every step. A length is remembe
 completion key; a search that expands ``max_nodes`` states without finding one gives up,
 remembered too: the particle is then unrated, and its island goes untwisted at that step.
 This benchmark runs that setting (N = 8, one population, AWRS,
-flexible whitespace, ``per_byte`` 0.5, seed 0) with the critic made for each ``--settings``
+flexible whitespace, ``per_byte`` 0.5, each of ``--seeds``, 0 by default) with the critic made for each ``--settings``
 value: K (the default critic with ``max_nodes`` K: breadth-first search, then the
 constraint's own completion, then the depth-first byte search), ``bytes:K`` (the byte searches
 only, ``completions=False``), ``off`` (no twist, ``per_byte`` 0), on
@@ -19,13 +19,15 @@ only, ``completions=False``), ``off`` (no twist, ``per_byte`` 0), on
 
 one request after another in one process (the LM's cache cleared before each), and prints per
 corpus and setting: the searches (cache misses), the share that found a length (and how many
-by the constraint's completion), the share that gave up, the states expanded by the searches that found one (percentiles, and the share
-found within K states: what a smaller max_nodes would still find), the critic's seconds and
-their share of the wall time, the requests with a finished sample and the median log Ẑ, and how
-many requests gave the same output (best text and log Ẑ) as under the first setting.
+by the constraint's completion), the share that gave up, the states expanded by the byte
+searches that found one (percentiles, and the share found within K states: what a smaller
+max_nodes would still find), the critic's seconds and their share of the wall time, the runs
+with a finished sample (and, paired by request and seed, how many finished where the first
+setting's run did not, and the reverse), the median log Ẑ, and how many runs gave the same
+output (best text and log Ẑ) as under the first setting.
 
     python benchmarks/bench_critic.py [--corpora jsonschemabench,quality] [--settings 100,bytes:100,off]
-           [--per-split 3] [--max-tokens 64] [--max-prompt-tokens 2048] [--limit K] [--jsonl F]
+           [--seeds 0,1,2] [--per-split 3] [--max-tokens 64] [--max-prompt-tokens 2048] [--limit K] [--jsonl F]
     python benchmarks/bench_critic.py --quick     (what `make bench` runs: 2 requests per
                                                   corpus, 8 tokens; a check that it works)
 """
@@ -107,7 +109,7 @@ def critic_for(setting: str) -> LoggedCritic | None:
     return LoggedCritic(per_byte=0.5, max_nodes=max_nodes, completions=not bytes_only)
 
 
-def run(lm, req: dict, setting: str) -> dict:
+def run(lm, req: dict, setting: str, seed: int) -> dict:
     """One request with the critic of ``setting`` (``critic_for``)."""
     import smc
 
@@ -115,11 +117,11 @@ def run(lm, req: dict, setting: str) -> dict:
     lm.clear_cache()
     t0 = time.perf_counter()
     # critic=None would give the request's own budget twist: per_byte 0 turns it off
-    r = smc.generate(req["prompt"], req["constraint"](), lm=lm, particles=PARTICLES, islands=1, seed=0,
+    r = smc.generate(req["prompt"], req["constraint"](), lm=lm, particles=PARTICLES, islands=1, seed=seed,
                      max_tokens=req["max_tokens"], critic=critic, per_byte=0.0 if critic is None else None,
                      progress=False)
     wall = time.perf_counter() - t0
-    return {"name": req["name"], "setting": setting, "wall_s": wall,
+    return {"name": req["name"], "seed": seed, "setting": setting, "wall_s": wall,
             "critic_s": critic.seconds if critic else 0.0, "searches": critic.searches if critic else [],
             "best": r.best if r.posterior else None, "log_z": float(r.log_ml)}
 
@@ -130,8 +132,12 @@ def summary(rows: list[dict], first: dict[str, dict]) -> str:
     gave = sum(1 for r in rows for m, _, _ in r["searches"] if m is None)
     total = sum(len(r["searches"]) for r in rows)
     wall, crit = sum(r["wall_s"] for r in rows), sum(r["critic_s"] for r in rows)
-    same = sum(1 for r in rows if (r["best"], r["log_z"]) == (first[r["name"]]["best"], first[r["name"]]["log_z"]))
+    same = sum(1 for r in rows
+               if (r["best"], r["log_z"]) == (first[r["name"], r["seed"]]["best"], first[r["name"], r["seed"]]["log_z"]))
     finished = sum(r["best"] is not None for r in rows)
+    # paired with the first setting's run of the same request and seed
+    gained = sum(1 for r in rows if r["best"] is not None and first[r["name"], r["seed"]]["best"] is None)
+    lost = sum(1 for r in rows if r["best"] is None and first[r["name"], r["seed"]]["best"] is not None)
     median = float(np.median([r["log_z"] for r in rows])) if rows else float("nan")
     pct = np.percentile(found, [50, 90, 99, 100]) if found else [float("nan")] * 4
     within = " ".join(f"{k}:{np.mean(np.array(found) <= k):.3f}" for k in WITHIN) if found else "-"
@@ -141,7 +147,8 @@ def summary(rows: list[dict], first: dict[str, dict]) -> str:
             f"found within K states {within}\n"
             f"    wall {wall:.1f} s ({wall / len(rows):.2f} s per request), critic {crit:.1f} s "
             f"({crit / wall:.1%} of wall)\n"
-            f"    finished {finished}/{len(rows)}, median log Ẑ {median:.2f}; "
+            f"    finished {finished}/{len(rows)} (against the first setting: +{gained} -{lost}), "
+            f"median log Ẑ {median:.2f}; "
             f"same output as the first setting: {same}/{len(rows)}")
 
 
@@ -150,6 +157,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[dict]]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpora", default="jsonschemabench,quality")
     ap.add_argument("--settings", default="100,bytes:100,off")
+    ap.add_argument("--seeds", default="0")
     ap.add_argument("--corpus", type=Path, default=sbs.DEFAULT_CORPUS)
     ap.add_argument("--per-split", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -168,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[dict]]]:
     if bad:
         raise SystemExit(f"unknown corpora {bad}: jsonschemabench, quality")
     settings = [x.strip() for x in args.settings.split(",") if x.strip()]
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     for setting in settings:
         critic_for(setting)  # a bad value is named before the model loads
     if "jsonschemabench" in corpora and not args.corpus.is_dir():
@@ -183,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[dict]]]:
     torch.set_num_threads(1)  # as bench_sidebyside runs every engine
     lm = smc.load_lm()
     print(f"# bench_critic: {sbs.machine()}; N = {PARTICLES}, one population, per_byte 0.5, "
-          f"settings {settings}", flush=True)
+          f"settings {settings}, seeds {seeds}", flush=True)
     sink = open(args.jsonl, "a", encoding="utf-8") if args.jsonl else None
     out: dict[str, dict[str, list[dict]]] = {}
     for corpus in corpora:
@@ -193,12 +202,13 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[dict]]]:
         for setting in settings:
             rows = by_setting[setting] = []
             for req in reqs:
-                rec = run(lm, req, setting)
-                rows.append(rec)
-                if sink:
-                    sink.write(json.dumps({"corpus": corpus, **rec}, ensure_ascii=False) + "\n")
-                    sink.flush()
-        first = {r["name"]: r for r in by_setting[settings[0]]}
+                for seed in seeds:
+                    rec = run(lm, req, setting, seed)
+                    rows.append(rec)
+                    if sink:
+                        sink.write(json.dumps({"corpus": corpus, **rec}, ensure_ascii=False) + "\n")
+                        sink.flush()
+        first = {(r["name"], r["seed"]): r for r in by_setting[settings[0]]}
         for setting, rows in by_setting.items():
             print(f"{corpus}, {setting}: {summary(rows, first)}", flush=True)
     return out
