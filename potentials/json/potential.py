@@ -45,7 +45,9 @@ MEMO_LIMIT = 50_000
 #: collector's passes of 64 for the same compute. What a small table loses is a set reached
 #: again much later (a structure repeated after a string), stepped again: ~3 us per check.
 STEP_MEMO_LIMIT = 64
-#: states ``completion`` visits before it gives up
+#: states ``completion`` visits before it gives up. Set, not tuned: with it the budget twist
+#: stayed at 5% of the wall time on the side-by-side selection, as with the byte searches
+#: alone (benchmarks/RESULTS.md, "bench_critic.py", third run)
 COMPLETION_NODES = 200
 _DIGITS = b"0123456789"
 #: first byte of a JSON value -> the bytes it can end with
