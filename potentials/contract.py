@@ -89,6 +89,18 @@ class Potential(ABC):
         """
         return None
 
+    def cache_contexts(self) -> Any:
+        """What the answers of ``known_support`` and ``mask_would_be_kept`` depend on besides
+        the context (caches filled by earlier calls), in a picklable form that
+        ``restore_caches`` takes back; None when they depend on nothing else (the default).
+        A sampler's step follows these answers (samplers.awrs), so a checkpoint stores this
+        and resume restores it: the resumed run then takes the steps the uninterrupted run
+        took (docs/checkpoint.md)."""
+        return None
+
+    async def restore_caches(self, saved: Any) -> None:
+        """Fill the caches again from a ``cache_contexts()`` value of an equal potential."""
+
     async def mask_would_be_kept(self, ctx: Context) -> bool:
         """True when ``logw_next(ctx)`` is not known yet and, once computed, is kept for every
         later context that shares its key (e.g. a lifted Boolean constraint's mask cache): one

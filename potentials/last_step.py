@@ -101,6 +101,14 @@ class LastStep(Potential):
                 self._supports.popitem(last=False)
         return got
 
+    def cache_contexts(self) -> list[tuple[Any, np.ndarray]]:
+        """The supports ``known_support`` keeps, oldest first: (context, tokens). The inner
+        potential's caches are its own (a sampler stores them through its potential)."""
+        return list(self._supports.items())
+
+    async def restore_caches(self, saved: list[tuple[Any, np.ndarray]]) -> None:
+        self._supports = OrderedDict(saved)
+
     async def logw_next(self, ctx: Any) -> np.ndarray:
         # completion first: complete(x a) > -inf implies prefix(x a) > -inf (the contract), so
         # the inner weights are needed only for the few tokens that finish, never the inner's

@@ -85,6 +85,8 @@ class Lifted(Potential):
         # samplers then need no constraint checks at such a state
         self._supports: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
         self.support_limit = 4096
+        # mask_key -> a token context whose state has it (what ``cache_contexts`` stores)
+        self._mask_contexts: dict[Any, tuple[int, ...]] = {}
         self.stats = {"tokens_checked": 0, "trie_nodes_visited": 0, "state_cache_hits": 0,
                       "state_cache_misses": 0, "mask_cache_hits": 0}
         # inside text (a JSON string) the mask is assembled from per-key caches of the plain
@@ -93,6 +95,7 @@ class Lifted(Potential):
                               self._walk_mask, self._full_trie)
         # complete_key k -> the tokens after which the text can end (``last_step_mask``)
         self._last_step_masks: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self._last_step_contexts: dict[Any, tuple[int, ...]] = {}
         self._final: np.ndarray | None = None
         self._root_live: bool | None = None
 
@@ -202,7 +205,7 @@ class Lifted(Potential):
             return out
         done = await self.potential.state_complete(state) - base
         if self.potential.boolean:
-            out[await self._cached_mask(state)] = 0.0
+            out[await self._cached_mask(state, tuple(ctx))] = 0.0
         else:
             out = await self._walk(state, base, self._full_trie())
         for e in self.eos_ids:
@@ -259,8 +262,9 @@ class Lifted(Potential):
                 if cheap:
                     return None
                 got = self._last_step_masks[key] = await self._last_step_walk(state)
+                self._last_step_contexts[key] = tuple(ctx)
                 if len(self._last_step_masks) > self.mask_cache_size:
-                    self._last_step_masks.popitem(last=False)
+                    self._last_step_contexts.pop(self._last_step_masks.popitem(last=False)[0])
             return got
         candidates = self._final_candidates()
         inner = pot.inner_text_key(state)
@@ -299,8 +303,9 @@ class Lifted(Potential):
                 keep.extend(toks)
         return np.asarray(sorted(keep), dtype=np.int64)
 
-    async def _cached_mask(self, state: Any) -> np.ndarray:
-        """``_mask(state)``, kept per ``mask_key`` (with the allowed ids of small masks)."""
+    async def _cached_mask(self, state: Any, ctx: tuple[int, ...]) -> np.ndarray:
+        """``_mask(state)``, kept per ``mask_key`` (with the allowed ids of small masks), for
+        the token context ``ctx`` whose state it is."""
         key = self.potential.mask_key(state)
         mask = None if key is None else self._masks.get(key)
         if mask is not None:
@@ -310,12 +315,32 @@ class Lifted(Potential):
         mask = await self.text_masks.mask(state)
         if key is not None:
             self._masks[key] = mask
+            self._mask_contexts[key] = ctx
             allowed = np.flatnonzero(mask)
             if len(allowed) <= self.support_limit:
                 self._supports[key] = (allowed, np.union1d(allowed, self.eos_ids))
             if len(self._masks) > self.mask_cache_size:
-                self._supports.pop(self._masks.popitem(last=False)[0], None)
+                old = self._masks.popitem(last=False)[0]
+                self._supports.pop(old, None)
+                del self._mask_contexts[old]
         return mask
+
+    def cache_contexts(self) -> dict[str, list[tuple[int, ...]]]:
+        """For each kept mask and last-step mask, oldest (least recently used) first, a token
+        context whose state has its key: what ``known_support``, ``mask_would_be_kept`` and
+        ``last_step_mask(cheap=True)`` depend on besides the context."""
+        return {"masks": [self._mask_contexts[k] for k in self._masks],
+                "last_step": [self._last_step_contexts[k] for k in self._last_step_masks]}
+
+    async def restore_caches(self, saved: dict[str, list[tuple[int, ...]]]) -> None:
+        """Compute the masks of ``cache_contexts()``'s contexts again, in its order, so the
+        caches hold the same keys in the same order (the masks are functions of their keys)."""
+        for ctx in saved["masks"]:
+            state, base = await self._base(ctx)
+            if base > NEG_INF:
+                await self._cached_mask(state, tuple(ctx))
+        for ctx in saved["last_step"]:
+            await self.last_step_mask(ctx)
 
     def _lm_table(self, build: Callable[..., Any], *args: Any) -> Any:
         """``build(lm, skipped ids, *args)``: a per-LM table (built once per LM), looked up

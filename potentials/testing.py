@@ -149,6 +149,28 @@ class PotentialContract:
                 assert not await pot.mask_would_be_kept(ctx), ctx
 
     @_sync
+    async def test_restored_caches_answer_alike(self):
+        """``restore_caches(cache_contexts())`` on a new potential gives it the same
+        ``known_support`` and ``mask_would_be_kept`` answers at every context, what a resumed
+        run needs to take the steps of the uninterrupted one."""
+        pot = self.potential()
+        ctxs = list(self.contexts())
+        for ctx in ctxs[::2]:  # some masks kept, some not
+            if await pot.prefix(ctx) > NEG_INF:
+                await pot.logw_next(ctx)
+        saved = pot.cache_contexts()
+        if saved is None:
+            return
+        fresh = self.potential()
+        await fresh.restore_caches(saved)
+        for ctx in ctxs:
+            a, b = await pot.known_support(ctx), await fresh.known_support(ctx)
+            assert (a is None) == (b is None), ctx
+            if a is not None:
+                assert np.asarray(a).tolist() == np.asarray(b).tolist(), ctx
+            assert await pot.mask_would_be_kept(ctx) == await fresh.mask_would_be_kept(ctx), ctx
+
+    @_sync
     async def test_final_bytes_end_every_complete_text(self):
         """A byte potential's ``final_bytes``, where not None, holds the last byte of every
         non-empty complete text among the contexts and their one-byte extensions."""

@@ -240,6 +240,30 @@ class TokenSampler(ABC):
             self._for_last_step = got
         return got
 
+    def cache_contexts(self) -> dict[str, Any]:
+        """What this sampler's steps depend on besides their contexts and draws: the caches of
+        its potential (``Potential.cache_contexts``), of its last-step twin once built, and of
+        an inner sampler's. A checkpoint stores it (docs/checkpoint.md)."""
+        saved: dict[str, Any] = {}
+        if self.potential is not None:
+            saved["potential"] = self.potential.cache_contexts()
+        twin = self.__dict__.get("_for_last_step")
+        if twin is not None and twin is not self:
+            saved["last_step"] = twin.cache_contexts()
+        inner = getattr(self, "inner", None)
+        if isinstance(inner, TokenSampler):
+            saved["inner"] = inner.cache_contexts()
+        return saved
+
+    async def restore_caches(self, saved: dict[str, Any]) -> None:
+        """Fill the caches again from a ``cache_contexts()`` value of an equal sampler."""
+        if saved.get("potential") is not None:
+            await self.potential.restore_caches(saved["potential"])
+        if "last_step" in saved:
+            await self.for_last_step().restore_caches(saved["last_step"])
+        if "inner" in saved:
+            await self.inner.restore_caches(saved["inner"])
+
     #: True when the sampler has a population step (``_sample_population``)
     population: bool = False
     #: most particles in one population step

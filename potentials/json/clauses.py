@@ -482,7 +482,7 @@ class Clause:
                     texts[json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")] = None
                 except (TypeError, ValueError):  # not JSON (a Python-only default)
                     continue
-            return tuple(sorted(texts, key=len))
+            return tuple(sorted(texts, key=lambda t: (len(t), t)))
 
         return self._memo("examples", make)
 

@@ -286,69 +286,75 @@ class Machine:
         """The chunks a short completion tries next from ``configs``, in the order tried, read
         off each configuration's top frame (``JSONSchema.completion``): what closes the value
         or container first (a quote, a bracket, a number's end), then a key the object
-        still needs (its required keys before others it names), then the shortest values."""
+        still needs (its required keys before others it names), then the shortest values.
+        The configurations' lists are merged in the order of the lists themselves, not of the
+        set, whose order follows object ids: a completion is a function of the state."""
+        per_config = sorted(self._config_moves(node) for node in configs)
+        return list(dict.fromkeys(move for moves in per_config for move in moves))
+
+    def _config_moves(self, node: Stack) -> list[bytes]:
+        """``completion_moves`` for one configuration."""
         out: dict[bytes, None] = {}
-        for node in configs:
-            f = node.frame
-            tag = f[0]
-            if tag == OBJ:
-                phase = f[2]
-                if phase in (O_OPEN, O_AFTER):
-                    out[b"}"] = None
-                if phase == O_AFTER:
-                    out[b","] = None
-                elif phase in (O_OPEN, O_COMMA):
-                    keys = f[1].key_candidates(f[3])
-                    for k in keys:
-                        out[json.dumps(k, ensure_ascii=False).encode("utf-8", "surrogatepass")] = None
-                    if not keys:  # then a key no member names (patternProperties, propertyNames)
-                        out[b'"'] = None
-                elif phase == O_COLON:
-                    out[b":"] = None
-                elif phase == O_VALUE_NEXT:
-                    _value_moves(out, f[1].value_alternatives(f[4]))
-            elif tag == ARR:
-                phase = f[2]
-                if phase in (A_OPEN, A_AFTER):
-                    out[b"]"] = None
-                if phase == A_AFTER:
-                    out[b","] = None
+        f = node.frame
+        tag = f[0]
+        if tag == OBJ:
+            phase = f[2]
+            if phase in (O_OPEN, O_AFTER):
+                out[b"}"] = None
+            if phase == O_AFTER:
+                out[b","] = None
+            elif phase in (O_OPEN, O_COMMA):
+                keys = f[1].key_candidates(f[3])
+                for k in keys:
+                    out[json.dumps(k, ensure_ascii=False).encode("utf-8", "surrogatepass")] = None
+                if not keys:  # then a key no member names (patternProperties, propertyNames)
+                    out[b'"'] = None
+            elif phase == O_COLON:
+                out[b":"] = None
+            elif phase == O_VALUE_NEXT:
+                _value_moves(out, f[1].value_alternatives(f[4]))
+        elif tag == ARR:
+            phase = f[2]
+            if phase in (A_OPEN, A_AFTER):
+                out[b"]"] = None
+            if phase == A_AFTER:
+                out[b","] = None
+            else:
+                _value_moves(out, f[1].item_alternatives(f[3]))
+        elif tag == TOP:
+            if f[1] == 0:
+                _value_moves(out, self.root)
+        elif tag == NUM:
+            # the number ends at the byte its parent reads next (TOP: a finished document)
+            text = f[3]
+            if text is not None:  # checked when it ends: first the rest of an example
+                for e in f[1].value_examples():
+                    if len(e) > len(text) and e.startswith(text):
+                        out[e[len(text):]] = None
+            parent = node.parent.frame[0]
+            if f[2] in N_ACCEPT and parent != TOP:
+                out[b"}" if parent == OBJ else b"]"] = None
+                out[b","] = None
+            out.update(_NUMBER_MOVES)
+        elif tag == LIT:
+            out[f[2]] = None
+        elif tag == STR:
+            allowed = self.next_bytes(frozenset((node,)))
+            if _between_free_characters(f):
+                need = max(f[1].string.min_len - f[4], 0)
+                if f[5]:
+                    # the patterns' shortest match, then as many characters as minLength asks
+                    w = remembered(self._pattern_paths, (f[1].string.dfas, f[5]),
+                                   _pattern_completion, 10_000)
+                    if w is not None:
+                        out[w + b"a" * max(need - len(w), 0) + b'"'] = None
                 else:
-                    _value_moves(out, f[1].item_alternatives(f[3]))
-            elif tag == TOP:
-                if f[1] == 0:
-                    _value_moves(out, self.root)
-            elif tag == NUM:
-                # the number ends at the byte its parent reads next (TOP: a finished document)
-                text = f[3]
-                if text is not None:  # checked when it ends: first the rest of an example
-                    for e in f[1].value_examples():
-                        if len(e) > len(text) and e.startswith(text):
-                            out[e[len(text):]] = None
-                parent = node.parent.frame[0]
-                if f[2] in N_ACCEPT and parent != TOP:
-                    out[b"}" if parent == OBJ else b"]"] = None
-                    out[b","] = None
-                out.update(_NUMBER_MOVES)
-            elif tag == LIT:
-                out[f[2]] = None
-            elif tag == STR:
-                allowed = self.next_bytes(frozenset((node,)))
-                if _between_free_characters(f):
-                    need = max(f[1].string.min_len - f[4], 0)
-                    if f[5]:
-                        # the patterns' shortest match, then as many characters as minLength asks
-                        w = remembered(self._pattern_paths, (f[1].string.dfas, f[5]),
-                                       _pattern_completion, 10_000)
-                        if w is not None:
-                            out[w + b"a" * max(need - len(w), 0) + b'"'] = None
-                    else:
-                        # any character is as good as another, and none helps past minLength
-                        out[b"a" * need + b'"'] = None
-                        allowed = _FREE_MOVES if need else _QUOTE
-                for b in _BYTE_ORDER:
-                    if b in allowed:
-                        out[bytes((b,))] = None
+                    # any character is as good as another, and none helps past minLength
+                    out[b"a" * need + b'"'] = None
+                    allowed = _FREE_MOVES if need else _QUOTE
+            for b in _BYTE_ORDER:
+                if b in allowed:
+                    out[bytes((b,))] = None
         return list(out)
 
     def _dfa_bytes(self, dfa: Any, q: int) -> frozenset:
@@ -709,8 +715,9 @@ def _value_moves(out: dict, alternatives: tuple) -> None:
     starts: short values, the clauses' own examples (``Clause.value_examples``), the starts
     of longer values."""
     out.update(dict.fromkeys(_SHORT_VALUES))
-    for c in alternatives:
-        out.update(dict.fromkeys(c.value_examples()))
+    # sorted: the alternatives' order follows the schema members' set order
+    out.update(dict.fromkeys(sorted({e for c in alternatives for e in c.value_examples()},
+                                    key=lambda e: (len(e), e))))
     out.update(dict.fromkeys(_VALUE_STARTS))
 
 

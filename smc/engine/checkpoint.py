@@ -112,14 +112,16 @@ def type_name(obj: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def name_shared(pop: list[Any]) -> tuple[dict[int, str], dict[str, dict[str, Any]]]:
-    """Names of the shared objects the particles reach: (id -> path, path -> description).
+def name_shared(pop: list[Any]) -> tuple[dict[int, str], dict[str, dict[str, Any]], dict[str, Any]]:
+    """Names of the shared objects the particles reach: (id -> path, path -> description,
+    path -> object).
 
     A path is the first one found breadth-first in the first particle that reaches the object;
     when particles hold different objects at one path, later ones get ``path@i`` (particle i).
     """
     ids: dict[int, str] = {}
     records: dict[str, dict[str, Any]] = {}
+    objects: dict[str, Any] = {}
     for i, p in enumerate(pop):
         for path, obj in shared_paths(p):
             if id(obj) in ids or getattr(type(obj), "rebuilt_on_resume", False):
@@ -127,7 +129,20 @@ def name_shared(pop: list[Any]) -> tuple[dict[int, str], dict[str, dict[str, Any
             name = path if path not in records else f"{path}@{i}"
             ids[id(obj)] = name
             records[name] = _describe(obj)
-    return ids, records
+            objects[name] = obj
+    return ids, records, objects
+
+
+def shared_caches(objects: dict[str, Any]) -> dict[str, Any]:
+    """path -> ``cache_contexts()`` of each shared object that declares its caches (samplers
+    and potentials: what their steps depend on besides the particles), where not None."""
+    saved = {}
+    for name, obj in objects.items():
+        get = getattr(obj, "cache_contexts", None)
+        got = get() if callable(get) else None
+        if got is not None:
+            saved[name] = got
+    return saved
 
 
 def _describe(obj: Any) -> dict[str, Any]:
@@ -285,16 +300,25 @@ class Run:
     ``pop`` the particles, ``rng`` the run's Generator (all randomness of later steps comes from
     it), ``history`` the StepRecords so far, ``step`` the number of steps done, ``settings`` the
     arguments that shape later steps, ``elapsed_s`` wall time spent before this process took over,
-    ``banked`` the finished copies set aside so far (``Model.bank``).
+    ``banked`` the finished copies set aside so far (``Model.bank``), ``caches`` the shared
+    objects whose caches a loaded checkpoint holds, with them (``restore_caches``).
     """
 
     def __init__(self, pop: list[Model], rng: np.random.Generator, settings: dict[str, Any],
                  history: list[StepRecord] | None = None, step: int = 0, elapsed_s: float = 0.0,
-                 banked: list[Sample] | None = None):
+                 banked: list[Sample] | None = None, caches: list[tuple[Any, Any]] | None = None):
         self.pop, self.rng, self.settings = pop, rng, settings
         self.history = [] if history is None else history
         self.banked = [] if banked is None else banked
         self.step, self.elapsed_s = step, elapsed_s
+        self.caches = [] if caches is None else caches
+
+    async def restore_caches(self) -> None:
+        """Fill the shared objects' caches from the checkpoint (once; before the next step),
+        so the resumed steps are the uninterrupted run's (docs/checkpoint.md)."""
+        for obj, saved in self.caches:
+            await obj.restore_caches(saved)
+        self.caches = []
 
 
 class CheckpointWriter:
@@ -317,9 +341,9 @@ class CheckpointWriter:
 
     def write(self, run: Run, elapsed_s: float) -> None:
         """Write ``run`` (between two steps) to the file, replacing the previous checkpoint."""
-        ids, records = name_shared(run.pop)
+        ids, records, objects = name_shared(run.pop)
         state = {"pop": run.pop, "rng": run.rng.bit_generator.state, "history": run.history,
-                 "banked": run.banked}
+                 "banked": run.banked, "caches": shared_caches(objects)}
         try:
             blob = _dumps(state, ids, records)
         except Exception as err:  # noqa: BLE001
@@ -500,5 +524,6 @@ def load(path: str | os.PathLike, *, lm: LMBackend | None, shared: dict[str, Any
     bit_generator = getattr(np.random, state["rng"]["bit_generator"])()
     bit_generator.state = state["rng"]
     run = Run(state["pop"], np.random.Generator(bit_generator), settings, state["history"],
-              header["step"], header["elapsed_s"], state.get("banked"))
+              header["step"], header["elapsed_s"], state.get("banked"),
+              [(bindings[name], saved) for name, saved in state.get("caches", {}).items()])
     return run, header, program_bytes

@@ -310,6 +310,7 @@ async def aresume_run(
     ``smc.resume``'s."""
     run, header, program_bytes = load(path, lm=lm, shared=shared, has_critic=critic is not None,
                                       rebuild=rebuild)
+    await run.restore_caches()
     writer = None
     target = path if checkpoint is SAME_FILE else checkpoint
     if target is not None:

@@ -417,7 +417,10 @@ async def test_a_program_class_pickle_cannot_name_is_refused(tmp_path):
 
 def test_generate_with_the_default_budget_twist_resumed_after_every_step(tmp_path, step_files):
     """A generate run under a JSON Schema in one population has the budget twist as its critic
-    (Request.per_byte); resume rebuilds it from the stored request, with no critic passed."""
+    (Request.per_byte); resume rebuilds it from the stored request, with no critic passed.
+    Here AWRS's step 3 is exact for particles whose state's mask steps 1-2 kept: resume
+    computes the kept masks again from the checkpoint's contexts (``cache_contexts``), and
+    without that the resumed run took a rejection step there and its weights differed."""
     from tests.smc.api.batch_toys import toy
 
     schema = JSONSchema({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]})
