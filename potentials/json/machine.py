@@ -340,6 +340,12 @@ class Machine:
             out[f[2]] = None
         elif tag == STR:
             allowed = self.next_bytes(frozenset((node,)))
+            text = f[8]
+            if text is not None and not f[9] and _between_free_characters(f):
+                # checked when it ends (a format, say): first the rest of an example
+                for e in f[1].value_examples():
+                    if len(e) > len(text) + 1 and e.startswith(b'"' + text):
+                        out[e[len(text) + 1:]] = None
             if _between_free_characters(f):
                 need = max(f[1].string.min_len - f[4], 0)
                 if f[5]:
