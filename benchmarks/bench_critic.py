@@ -23,11 +23,13 @@ by the constraint's completion), the share that gave up, the states expanded by 
 searches that found one (percentiles, and the share found within K states: what a smaller
 max_nodes would still find), the critic's seconds and their share of the wall time, the runs
 with a finished sample (and, paired by request and seed, how many finished where the first
-setting's run did not, and the reverse), the median log Ẑ, and how many runs gave the same
-output (best text and log Ẑ) as under the first setting.
+setting's run did not, and the reverse, with a sign test), the median log Ẑ, and how many runs
+gave the same output (best text and log Ẑ) as under the first setting. ``--summarize F``
+prints the same from the records of a ``--jsonl`` file, without running anything.
 
     python benchmarks/bench_critic.py [--corpora jsonschemabench,quality] [--settings 100,bytes:100,off]
            [--seeds 0,1,2] [--per-split 3] [--max-tokens 64] [--max-prompt-tokens 2048] [--limit K] [--jsonl F]
+    python benchmarks/bench_critic.py --summarize F
     python benchmarks/bench_critic.py --quick     (what `make bench` runs: 2 requests per
                                                   corpus, 8 tokens; a check that it works)
 """
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -126,6 +129,12 @@ def run(lm, req: dict, setting: str, seed: int) -> dict:
             "best": r.best if r.posterior else None, "log_z": float(r.log_ml)}
 
 
+def sign_test(a: int, b: int) -> float:
+    """Two-sided exact sign test of a against b discordant pairs (1.0 when there are none)."""
+    n, k = a + b, min(a, b)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+
+
 def summary(rows: list[dict], first: dict[str, dict]) -> str:
     found = [n for r in rows for m, n, _ in r["searches"] if m is not None]
     known = sum(1 for r in rows for m, _, by_constraint in r["searches"] if by_constraint)
@@ -147,9 +156,31 @@ def summary(rows: list[dict], first: dict[str, dict]) -> str:
             f"found within K states {within}\n"
             f"    wall {wall:.1f} s ({wall / len(rows):.2f} s per request), critic {crit:.1f} s "
             f"({crit / wall:.1%} of wall)\n"
-            f"    finished {finished}/{len(rows)} (against the first setting: +{gained} -{lost}), "
+            f"    finished {finished}/{len(rows)} (against the first setting: +{gained} -{lost}, "
+            f"sign test p = {sign_test(gained, lost):.3f}), "
             f"median log Ẑ {median:.2f}; "
             f"same output as the first setting: {same}/{len(rows)}")
+
+
+def print_summaries(out: dict[str, dict[str, list[dict]]]) -> None:
+    """One summary per corpus and setting, each run paired with the first setting's."""
+    for corpus, by_setting in out.items():
+        first_rows = next(iter(by_setting.values()))
+        first = {(r["name"], r["seed"]): r for r in first_rows}
+        for setting, rows in by_setting.items():
+            print(f"{corpus}, {setting}: {summary(rows, first)}", flush=True)
+
+
+def summarize(path: Path) -> dict[str, dict[str, list[dict]]]:
+    """The records of a ``--jsonl`` file by corpus and setting (in file order), summaries
+    printed."""
+    out: dict[str, dict[str, list[dict]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            out.setdefault(rec.pop("corpus"), {}).setdefault(rec["setting"], []).append(rec)
+    print_summaries(out)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, list[dict]]]:
@@ -165,7 +196,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[dict]]]:
     ap.add_argument("--limit", type=int, help="the first K requests of each corpus")
     ap.add_argument("--jsonl", type=Path, help="append one record per request here")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--summarize", type=Path, help="print the summaries of these records and stop")
     args = ap.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
     if not (sys.argv[1:] if argv is None else argv):
         print("# no options (as `make bench` runs it): the quick form, --quick")
         args.quick = True
@@ -208,9 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[dict]]]:
                     if sink:
                         sink.write(json.dumps({"corpus": corpus, **rec}, ensure_ascii=False) + "\n")
                         sink.flush()
-        first = {(r["name"], r["seed"]): r for r in by_setting[settings[0]]}
-        for setting, rows in by_setting.items():
-            print(f"{corpus}, {setting}: {summary(rows, first)}", flush=True)
+        print_summaries({corpus: by_setting})
     return out
 
 

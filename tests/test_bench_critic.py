@@ -31,8 +31,9 @@ def test_quick_form_logs_found_and_given_up_searches(tmp_path, capsys):
     d.mkdir()
     for name, schema in SCHEMAS.items():
         (d / name).write_text(json.dumps({"schema": schema, "tests": []}))
+    records = tmp_path / "critic.jsonl"
     out = bench_critic.main(["--quick", "--corpora", "jsonschemabench", "--corpus", str(d),
-                             "--settings", "100,bytes:100,off"])
+                             "--settings", "100,bytes:100,off", "--jsonl", str(records)])
     printed = capsys.readouterr().out
     rows = out["jsonschemabench"]
     assert list(rows) == ["100", "bytes:100", "off"] and all(len(r) == 2 for r in rows.values())
@@ -48,5 +49,13 @@ def test_quick_form_logs_found_and_given_up_searches(tmp_path, capsys):
     opened = default["Github_easy_2"]["searches"]
     assert opened and all(m is not None for m, _, _ in opened) and any(known for _, _, known in opened)
     assert "jsonschemabench, 100: requests 2" in printed and "by the constraint's completion" in printed
+    # the records read back give the same summaries, without a run
+    again = bench_critic.main(["--summarize", str(records)])
+    assert {k: len(v) for k, v in again["jsonschemabench"].items()} == {k: 2 for k in rows}
+
+    def summaries(text):
+        return [line for line in text.splitlines() if line.startswith(("jsonschemabench", "    "))]
+
+    assert summaries(capsys.readouterr().out) == summaries(printed) != []
     for r in rows["100"] + rows["bytes:100"]:
         assert r["wall_s"] > 0 and 0 <= r["critic_s"] <= r["wall_s"]
