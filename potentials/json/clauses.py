@@ -479,9 +479,10 @@ class Clause:
             texts = {}
             for v in values:
                 try:
-                    texts[json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")] = None
+                    text = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
                 except (TypeError, ValueError):  # not JSON (a Python-only default)
                     continue
+                texts[text.encode("utf-8", "surrogatepass")] = None
             return tuple(sorted(texts, key=lambda t: (len(t), t)))
 
         return self._memo("examples", make)
