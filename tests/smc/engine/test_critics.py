@@ -89,9 +89,11 @@ def test_completion_bytes_gives_up_past_max_nodes():
 
 
 def test_the_constraints_own_completion_answers_where_the_byte_search_gives_up():
-    """JSONSchema's completion writes the key the open object still needs: '","b":""}'."""
+    """JSONSchema's completion writes the key the open object still needs: '","b":""}'; with
+    completions=False the critic searches bytes only, and gives up."""
     js = JSONSchema(OPEN_OBJECT, whitespace="compact")
     assert completion(js, b'{"a":"text') == 9
+    assert completion(js, b'{"a":"text', completions=False) is None
     assert completion(js, b'{"a":"text","c":{"d":[1') == len(b']},"b":""}')
 
 
@@ -135,6 +137,8 @@ def test_a_search_that_gave_up_is_not_repeated_for_its_key():
 def test_arguments_checked():
     with pytest.raises(ValueError, match="rate"):
         BudgetCritic(rate=-1)
+    with pytest.raises(ValueError, match="completions must be True or False"):
+        BudgetCritic(completions=1)
     with pytest.raises(ValueError, match="max_nodes"):
         BudgetCritic(max_nodes=0)
     for bad in (-0.5, math.inf, math.nan, True):
