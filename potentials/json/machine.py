@@ -326,11 +326,8 @@ class Machine:
                 _value_moves(out, self.root)
         elif tag == NUM:
             # the number ends at the byte its parent reads next (TOP: a finished document)
-            text = f[3]
-            if text is not None:  # checked when it ends: first the rest of an example
-                for e in f[1].value_examples():
-                    if len(e) > len(text) and e.startswith(text):
-                        out[e[len(text):]] = None
+            if f[3] is not None:  # checked when it ends: first the rest of an example
+                _example_rests(out, f[1].value_examples(), f[3])
             parent = node.parent.frame[0]
             if f[2] in N_ACCEPT and parent != TOP:
                 out[b"}" if parent == OBJ else b"]"] = None
@@ -340,12 +337,9 @@ class Machine:
             out[f[2]] = None
         elif tag == STR:
             allowed = self.next_bytes(frozenset((node,)))
-            text = f[8]
-            if text is not None and not f[9] and _between_free_characters(f):
+            if f[8] is not None and not f[9] and _between_free_characters(f):
                 # checked when it ends (a format, say): first the rest of an example
-                for e in f[1].value_examples():
-                    if len(e) > len(text) + 1 and e.startswith(b'"' + text):
-                        out[e[len(text) + 1:]] = None
+                _example_rests(out, f[1].value_examples(), b'"' + f[8])
             if _between_free_characters(f):
                 need = max(f[1].string.min_len - f[4], 0)
                 if f[5]:
@@ -714,6 +708,14 @@ def _pattern_completion(key: tuple) -> bytes | None:
                     return bytes(reversed(path))
                 queue.append(nxt)
     return None
+
+
+def _example_rests(out: dict, examples: tuple[bytes, ...], written: bytes) -> None:
+    """Add to ``out`` what each example (JSON text) has after ``written``, the value's text
+    so far, where it begins with it."""
+    for e in examples:
+        if len(e) > len(written) and e.startswith(written):
+            out[e[len(written):]] = None
 
 
 def _value_moves(out: dict, alternatives: tuple) -> None:
