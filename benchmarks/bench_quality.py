@@ -14,14 +14,15 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     unconstrained        one sample with no constraint (budget max_tokens + 32: the model may
                          chat before answering), read as a user would (quality_tasks.parse_answer:
                          outermost {...}, first regex match, first grammar line)
-    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:islands=K]
+    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:islands=K][:resampling=NAME]
                          SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
                          grammar tasks), and with ``budget`` the smc.engine.critics.BudgetCritic critic
                          (rate RATE, default 1); ``per_byte=C``: BudgetCritic(rate=RATE,
                          per_byte=C) (RATE 1 unless ``budget=RATE`` is given too);
                          ``islands=K``: smc.generate(islands=K) (default: generate's own default;
-                         ``islands=1`` is plain SMC)
+                         ``islands=1`` is plain SMC); ``resampling=NAME``:
+                         smc.generate(resampling=NAME) (default: generate's own)
 
 Summary: per method and N, the mean of each quantity over runs with a 95% bootstrap interval
 (runs resampled with replacement, 2000 times); "finished where masking finished": among the
@@ -78,15 +79,15 @@ DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
 
 
 def parse_method(spec: str) -> dict:
-    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:islands=K]' ->
-    {sampler, whitespace, critic: (rate, per_byte) or None, islands}."""
+    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:islands=K][:resampling=NAME]'
+    -> {sampler, whitespace, critic: (rate, per_byte) or None, islands, resampling}."""
     if spec == "unconstrained":
-        return {"sampler": None, "whitespace": None, "critic": None, "islands": None}
+        return {"sampler": None, "whitespace": None, "critic": None, "islands": None, "resampling": None}
     parts = spec.split(":")
     if parts[0] not in SAMPLER_NAMES:
         raise ValueError(f"unknown method {spec!r}: start with unconstrained, {', '.join(SAMPLER_NAMES)}")
     ws: str | int = "compact"
-    rate, per_byte, islands = None, None, None
+    rate, per_byte, islands, resampling = None, None, None, None
     for p in parts[1:]:
         if p in ("compact", "flexible"):
             ws = p
@@ -98,10 +99,13 @@ def parse_method(spec: str) -> dict:
             per_byte = float(p[9:])
         elif p.startswith("islands=") and p[8:].isdigit():
             islands = int(p[8:])
+        elif p.startswith("resampling="):
+            resampling = p[11:]
         else:
             raise ValueError(f"unknown part {p!r} in method {spec!r}")
     critic = None if rate is None and per_byte is None else (1.0 if rate is None else rate, per_byte or 0.0)
-    return {"sampler": parts[0], "whitespace": ws, "critic": critic, "islands": islands}
+    return {"sampler": parts[0], "whitespace": ws, "critic": critic, "islands": islands,
+            "resampling": resampling}
 
 
 def constraint_for(task: qt.Task, whitespace):
@@ -139,7 +143,8 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
         critic = BudgetCritic(rate=rate, per_byte=per_byte)
     r = smc.generate(task.prompt, constraint_for(task, m["whitespace"]), lm=lm, particles=n,
                      max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
-                     ess_threshold=ess_threshold, progress=False, critic=critic, islands=m["islands"])
+                     ess_threshold=ess_threshold, progress=False, critic=critic, islands=m["islands"],
+                     **({} if m["resampling"] is None else {"resampling": m["resampling"]}))
     wall = time.perf_counter() - t0
     post = r.posterior
     acc = val = 0.0

@@ -34,6 +34,8 @@ The engines (rows):
                         only narrows S (potentials.json.strict; xgrammar's default strict_mode
                         and outlines close them too); every output is still checked against S
     smc-steer:strict+T=0  both
+    smc-steer:twist     the defaults with the budget twist in every island (per_byte =
+                        smc.core.defaults.PER_BYTE; the defaults twist a run in one population only)
     llguidance          llguidance's matcher on the HF tokenizer, as a transformers logits
                         processor (benchmarks/peers/masking.py)
     xgrammar            xgr.contrib.hf.LogitsProcessor
@@ -110,6 +112,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from peers import venvs  # noqa: E402
+from smc.core import defaults  # noqa: E402
 
 _CANDIDATES = [ROOT.parent / "shared" / "corpora" / "maskbench",
                ROOT.parent.parent / "shared" / "corpora" / "maskbench"]
@@ -126,6 +129,7 @@ SMC_ROWS = {
     "smc-steer:T=0": ({"temperature": 0.0}, {}),
     "smc-steer:strict": ({}, {"strict": True}),
     "smc-steer:strict+T=0": ({"temperature": 0.0}, {"strict": True}),
+    "smc-steer:twist": ({"per_byte": defaults.PER_BYTE}, {}),
 }
 SMC_ENGINES = tuple(SMC_ROWS)
 MASKING_ENGINES = ("llguidance", "xgrammar", "outlines")

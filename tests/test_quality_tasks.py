@@ -152,3 +152,14 @@ def test_summary_pairs_each_method_with_the_baseline_it_is_given():
     assert "vs masking (paired)" in by_masking and "vs awrs:plain (paired)" in by_plain
     assert "| awrs:twist | 8 | 2 | 0.90 [0.90, 0.90] | +0.40 [+0.40, +0.40] |" in by_masking
     assert "| awrs:twist | 8 | 2 | 0.90 [0.90, 0.90] | +0.40 [+0.30, +0.50] |" in by_plain
+
+
+def test_method_spec_names_every_setting_it_passes_on():
+    import bench_quality
+
+    m = bench_quality.parse_method("awrs:flexible:per_byte=0.5:islands=1:resampling=systematic")
+    assert m == {"sampler": "awrs", "whitespace": "flexible", "critic": (1.0, 0.5), "islands": 1,
+                 "resampling": "systematic"}
+    assert bench_quality.parse_method("masking:flexible")["resampling"] is None  # generate's default
+    with pytest.raises(ValueError, match="unknown part 'resample=x'"):
+        bench_quality.parse_method("awrs:resample=x")
