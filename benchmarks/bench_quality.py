@@ -71,6 +71,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import quality_tasks as qt  # noqa: E402
+from smc.core.defaults import islands_for  # noqa: E402
 
 SAMPLER_NAMES = ("awrs", "direct", "masking")
 #: a run "collapsed" when its log Ẑ is this many nats below its setting's median (or it is empty)
@@ -106,6 +107,16 @@ def parse_method(spec: str) -> dict:
     critic = None if rate is None and per_byte is None else (1.0 if rate is None else rate, per_byte or 0.0)
     return {"sampler": parts[0], "whitespace": ws, "critic": critic, "islands": islands,
             "resampling": resampling}
+
+
+def run_key(method: str, n: int, task: qt.Task, seed: int) -> tuple:
+    """What makes two cells of the grid the same run: every setting of the method that reaches
+    ``smc.generate`` (whitespace only for JSON tasks; islands=None resolved to generate's
+    default for N), the task, N and the seed."""
+    m = parse_method(method)
+    islands = m["islands"] or (islands_for(n) if m["sampler"] else None)
+    return (task.name, m["sampler"], m["whitespace"] if task.family == "json" else None,
+            m["critic"], islands, m["resampling"], n, seed)
 
 
 def constraint_for(task: qt.Task, whitespace):
@@ -401,7 +412,6 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     import smc
-    from smc.core.defaults import islands_for
 
     lm = smc.load_lm(device=args.device, dtype=args.dtype)
     if args.export:
@@ -417,11 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         cells.sort(key=lambda c: order[(c[2].name, c[3])])
     runs: dict[tuple, list] = {}
     for method, n, task, seed in cells:
-        m = parse_method(method)
-        islands = m["islands"] or (islands_for(n) if m["sampler"] else None)
-        key = (task.name, m["sampler"], m["whitespace"] if task.family == "json" else None,
-               m["critic"], islands, n, seed)
-        runs.setdefault(key, []).append((method, n, task, seed))
+        runs.setdefault(run_key(method, n, task, seed), []).append((method, n, task, seed))
     shard, shards = args.shard
     todo = list(runs.values())[shard::shards]
     records = []

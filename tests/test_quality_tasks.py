@@ -163,3 +163,15 @@ def test_method_spec_names_every_setting_it_passes_on():
     assert bench_quality.parse_method("masking:flexible")["resampling"] is None  # generate's default
     with pytest.raises(ValueError, match="unknown part 'resample=x'"):
         bench_quality.parse_method("awrs:resample=x")
+
+
+def test_cells_differing_in_any_setting_are_different_runs():
+    import bench_quality
+
+    task = qt.select("json-00")[0]
+    base = bench_quality.run_key("awrs:flexible:islands=1", 8, task, 0)
+    for other in ("awrs:flexible:islands=1:resampling=systematic", "awrs:flexible:islands=1:per_byte=0.5",
+                  "awrs:compact:islands=1", "direct:flexible:islands=1", "awrs:flexible:islands=2"):
+        assert bench_quality.run_key(other, 8, task, 0) != base, other
+    # the same run under two names: N = 8 is one population by default
+    assert bench_quality.run_key("awrs:flexible", 8, task, 0) == base
