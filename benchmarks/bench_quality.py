@@ -239,14 +239,22 @@ def fmt(x: np.ndarray, digits: int = 2, signed: bool = False) -> str:
 
 
 def summarize(records: list[dict], baseline: str = "masking") -> str:
-    """Markdown tables: per family (and all), per method and N; the paired column compares each
-    method with the method whose name starts with ``baseline`` on the same (N, task, seed)."""
+    """Markdown tables: per family (and all), per method and N; the paired columns compare each
+    method with the baseline on the same (N, task, seed): the method named ``baseline``, or where
+    no method has that name, the one whose name starts with ``baseline:`` ("masking" is
+    "masking:flexible"). Paired log Ẑ: the mean of log Ẑ minus the baseline's over the pairs
+    where both are finite."""
     out = []
+    exact = any(r["method"] == baseline for r in records)
+
+    def is_base(method: str) -> bool:
+        return method == baseline if exact else method.startswith(baseline + ":")
+
     masking_done: dict[tuple, set] = defaultdict(set)  # (N) -> {(task, seed)} where masking answered
-    base_acc: dict[tuple, float] = {}  # (N, task, seed) -> the baseline's accuracy
+    base: dict[tuple, dict] = {}  # (N, task, seed) -> the baseline's record
     for r in records:
-        if r["method"].startswith(baseline):
-            base_acc.setdefault((r["N"], r["task"], r["seed"]), r["accuracy"])
+        if is_base(r["method"]):
+            base.setdefault((r["N"], r["task"], r["seed"]), r)
         if r["method"].startswith("masking"):
             if not r["empty"]:
                 masking_done[r["N"]].add((r["task"], r["seed"]))
@@ -274,8 +282,9 @@ def summarize(records: list[dict], baseline: str = "masking") -> str:
             groups[(r["method"], r["N"] if r["method"] != "unconstrained" else 1)].append(r)
         out.append(f"\n{fam} ({len({r['task'] for r in rows})} tasks)\n")
         out.append(f"| method | N | runs | accuracy [95% CI] | vs {baseline} (paired) | validity | no answer "
-                   "| finished where masking did | collapsed | log_ml (median) | wall s (mean) |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                   f"| finished where masking did | collapsed | log_ml (median) | log_ml vs {baseline} (paired) "
+                   "| wall s (mean) |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for (method, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             acc = np.array([r["accuracy"] for r in rs])
             val = np.array([r["validity"] for r in rs])
@@ -287,12 +296,15 @@ def summarize(records: list[dict], baseline: str = "masking") -> str:
             lml = [r["log_ml"] for r in rs if r.get("log_ml") is not None and np.isfinite(r["log_ml"])]
             lml_s = f"{np.median(lml):.1f}" if lml else "-"
             wall = np.mean([r["wall_s"] for r in rs])
-            diffs = np.array([r["accuracy"] - base_acc[(n, r["task"], r["seed"])] for r in rs
-                              if (n, r["task"], r["seed"]) in base_acc])
-            vs = fmt(diffs, signed=True) if len(diffs) and not method.startswith(baseline) else "-"
+            paired = [(r, base[(n, r["task"], r["seed"])]) for r in rs if (n, r["task"], r["seed"]) in base]
+            diffs = np.array([r["accuracy"] - b["accuracy"] for r, b in paired])
+            vs = fmt(diffs, signed=True) if len(diffs) and not is_base(method) else "-"
+            dz = np.array([r["log_ml"] - b["log_ml"] for r, b in paired
+                           if all(x.get("log_ml") is not None and np.isfinite(x["log_ml"]) for x in (r, b))])
+            vs_z = fmt(dz, signed=True) if len(dz) and not is_base(method) else "-"
             coll = sum(collapsed(r) for r in rs) if any(r.get("log_ml") is not None for r in rs) else "-"
             out.append(f"| {method} | {n} | {len(rs)} | {fmt(acc)} | {vs} | {fmt(val)} | {fmt(emp)} | {fin} "
-                       f"| {coll} | {lml_s} | {wall:.1f} |")
+                       f"| {coll} | {lml_s} | {vs_z} | {wall:.1f} |")
         canon_rows = [(k, rs) for k, rs in sorted(groups.items()) if any("accuracy_canonical" in r for r in rs)]
         if canon_rows:
             out.append("\nThe same runs under the target restricted to canonical tokenizations (runs with a "

@@ -140,18 +140,26 @@ def test_export_gives_the_peer_the_prompt_ids_of_the_one_prompt_rule(tmp_path, m
 def test_summary_pairs_each_method_with_the_baseline_it_is_given():
     import bench_quality
 
-    def rec(method, task, acc):
+    def rec(method, task, acc, log_ml=-1.0):
         return {"task": task, "family": "json", "method": method, "N": 8, "seed": 0, "accuracy": acc,
-                "validity": 1.0, "empty": False, "log_ml": -1.0, "wall_s": 1.0}
+                "validity": 1.0, "empty": False, "log_ml": log_ml, "wall_s": 1.0}
 
-    records = [rec("masking:flexible", "a", 0.5), rec("masking:flexible", "b", 0.5),
-               rec("awrs:plain", "a", 0.6), rec("awrs:plain", "b", 0.4),
-               rec("awrs:twist", "a", 0.9), rec("awrs:twist", "b", 0.9)]
+    records = [rec("masking:flexible", "a", 0.5, None), rec("masking:flexible", "b", 0.5, None),
+               rec("awrs:plain", "a", 0.6, -3.0), rec("awrs:plain", "b", 0.4, -2.0),
+               rec("awrs:plain:resampling=x", "a", 0.6, -2.0), rec("awrs:plain:resampling=x", "b", 0.4, -2.0),
+               rec("awrs:twist", "a", 0.9, float("-inf")), rec("awrs:twist", "b", 0.9, -1.5)]
     by_masking = bench_quality.summarize(records)
     by_plain = bench_quality.summarize(records, baseline="awrs:plain")
     assert "vs masking (paired)" in by_masking and "vs awrs:plain (paired)" in by_plain
     assert "| awrs:twist | 8 | 2 | 0.90 [0.90, 0.90] | +0.40 [+0.40, +0.40] |" in by_masking
-    assert "| awrs:twist | 8 | 2 | 0.90 [0.90, 0.90] | +0.40 [+0.30, +0.50] |" in by_plain
+    # log Ẑ is paired where both are finite (task b only), and masking has none to pair
+    assert "| -1.5 | - | 1.0 |" in by_masking.split("| awrs:twist |")[1].splitlines()[0]
+    row = by_plain.split("| awrs:twist |")[1].splitlines()[0]
+    assert row.startswith(" 8 | 2 | 0.90 [0.90, 0.90] | +0.40 [+0.30, +0.50] |")
+    assert row.endswith("| +0.50 [+0.50, +0.50] | 1.0 |")
+    # a method whose name extends the baseline's is compared with it, not taken for it
+    row = by_plain.split("| awrs:plain:resampling=x |")[1].splitlines()[0]
+    assert row.endswith("| +0.50 [+0.00, +1.00] | 1.0 |")
 
 
 def test_method_spec_names_every_setting_it_passes_on():
