@@ -76,9 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="steer toward texts short to complete, RATE nats per byte of detour; it "
                         "acts on a --regex with backreferences (same target; default 1.0; 0: off)")
     g.add_argument("--per-byte", type=float, default=None,
-                   help="the budget twist's nats per byte still to write: it keeps one population "
-                        "from following a particle that is behind in the document (same target; "
-                        "default 0.5 for a --json-schema run in one population, else 0)")
+                   help="the budget twist's nats per byte still to write: it keeps the particles "
+                        "from following one that is behind in the document (same target; "
+                        f"default {defaults.PER_BYTE} for a --json-schema run, else 0)")
     g.add_argument("--temperature", type=float, default=None,
                    help="T > 0: the target's LM is softmax(logits / T) at every step (default 1)")
     g.add_argument("--top-p", type=float, default=None,

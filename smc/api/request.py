@@ -142,8 +142,8 @@ class Request:
             run with a byte-level constraint, else 0).
         per_byte: nats per byte still to write of the budget twist that steers resampling
             (``smc.engine.critics.BudgetCritic``; removed from the final weights, so the target
-            is unchanged); None: ``defaults.PER_BYTE`` for an SMC run in one population under a
-            JSONSchema (islands do its work from 16 particles), else 0 (docs/quality.md).
+            is unchanged); None: ``defaults.PER_BYTE`` for an SMC run under a JSONSchema, else 0
+            (docs/quality.md).
         method: "smc", "beam", "top_k" or "steer" (docs/beam.md).
         n_beam: children per particle of method="steer" (None: ``defaults.N_BEAM``).
         max_expansions: most particles method="top_k" expands before it raises
@@ -253,7 +253,7 @@ class Request:
             raise InvalidArgument(f"finish_share is for method='smc' runs, not method={self.method!r}")
         set_("finish_share", share)
         set_("lookahead", self._lookahead())
-        set_("per_byte", self._per_byte(int(islands)))
+        set_("per_byte", self._per_byte())
         if self.checkpoint is not None:
             if self.method != "smc":
                 raise InvalidArgument(f"checkpoint is for method='smc' runs, not method={self.method!r}")
@@ -292,14 +292,13 @@ class Request:
             raise InvalidArgument(f"lookahead needs a byte-level constraint (Regex, Grammar, JSONSchema, ...), got {what}")
         return rate
 
-    def _per_byte(self, islands: int) -> float:
+    def _per_byte(self) -> float:
         """The per-byte rate of the run's budget twist (``budget_critic``): when not given,
-        ``defaults.PER_BYTE`` for an SMC run in one population (``islands == 1``) under a
-        JSONSchema with an SMC sampler (not masking) and no critic of its own, else 0; a given rate
-        is a finite number >= 0, and > 0 only for an SMC run with a byte-level constraint and no
-        critic (the twist is a critic)."""
+        ``defaults.PER_BYTE`` for an SMC run under a JSONSchema with an SMC sampler (not masking)
+        and no critic of its own, else 0; a given rate is a finite number >= 0, and > 0 only for
+        an SMC run with a byte-level constraint and no critic (the twist is a critic)."""
         if self.per_byte is None:
-            default = (self.method == "smc" and islands == 1 and self.critic is None
+            default = (self.method == "smc" and self.critic is None
                        and self.sampler != "masking" and isinstance(self.constraint, JSONSchema))
             return defaults.PER_BYTE if default else 0.0
         rate = _number(self.per_byte, "per_byte")

@@ -204,12 +204,14 @@ def test_json_schema_constraint_parses_results():
     assert isinstance(r.constraint, JSONSchema)
 
 
-def test_per_byte_twist_is_on_for_one_population_under_a_json_schema():
-    """defaults.PER_BYTE for an SMC run in one population under a JSONSchema, else 0; a given
-    rate is kept, re-resolved on replace when it was the default, and refused where it cannot act."""
+def test_per_byte_twist_is_on_for_an_smc_run_under_a_json_schema():
+    """defaults.PER_BYTE for an SMC run under a JSONSchema, in one population or in islands,
+    else 0; a given rate is kept, re-resolved on replace when it was the default, and refused
+    where it cannot act."""
     schema = JSONSchema({"type": "object"})
     assert Request("hi", schema, particles=8).per_byte == defaults.PER_BYTE
-    assert Request("hi", schema, particles=16).per_byte == 0.0  # 4 islands do its work
+    assert Request("hi", schema, particles=16).islands == 4
+    assert Request("hi", schema, particles=16).per_byte == defaults.PER_BYTE
     assert Request("hi", schema, particles=16, islands=1).per_byte == defaults.PER_BYTE
     assert Request("hi", Regex("a+"), particles=8).per_byte == 0.0
     assert Request("hi", schema, particles=8, sampler="masking").per_byte == 0.0
@@ -217,7 +219,7 @@ def test_per_byte_twist_is_on_for_one_population_under_a_json_schema():
     assert Request("hi", schema, particles=8, method="beam").per_byte == 0.0
     assert Request("hi", {"json_schema": {"type": "object"}}, particles=4).per_byte == defaults.PER_BYTE
     r = Request("hi", schema, particles=8)
-    assert r.replace(particles=16).per_byte == 0.0
+    assert r.replace(constraint=Regex("a+")).per_byte == 0.0
     assert Request("hi", Regex("a+"), per_byte=0.3).per_byte == 0.3
     as_json = Request("hi", {"json_schema": {"type": "object"}}, particles=8).to_json()
     assert as_json["per_byte"] == defaults.PER_BYTE and Request.from_json(as_json).per_byte == defaults.PER_BYTE
