@@ -27,9 +27,9 @@ ESS_THRESHOLD = 0.5
 
 #: one uniform for all the offspring counts, the least resampling noise of smc.core.resampling's
 #: schemes (every one keeps Ẑ unbiased): against multinomial on the 30 JSON tasks and the Ada
-#: task at N = 8 and 16 (160 paired runs), log Ẑ +0.36 [+0.07, +0.69] higher on average, accuracy
-#: -0.00 [-0.04, +0.03]; residual lost accuracy on the JSON tasks, -0.05 [-0.10, -0.00] at N = 8
-#: (docs/quality.md, "The resampling scheme")
+#: task (80 paired runs each), log Ẑ +0.46 [+0.01, +0.97] higher on average at N = 8 and +0.27
+#: [-0.05, +0.67] at N = 16, accuracy level (-0.01, +0.01); residual lost accuracy on the JSON
+#: tasks, -0.05 [-0.10, -0.00] at N = 8 (docs/quality.md, "The resampling scheme")
 RESAMPLING = "systematic"
 
 #: independent islands from 16 particles on (a multiple of 4): on 30 JSON tasks x 2 seeds at

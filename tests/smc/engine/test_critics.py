@@ -177,7 +177,10 @@ def test_z_hat_unbiased_and_target_unchanged_with_twist():
     async def go():
         zs, mass = [], []
         for seed in range(1000):
-            r = await smc(model, 4, ess_threshold=1.0, seed=seed, critic=critic, progress=False)
+            # the scheme stated, as in test_loop's CONFIGS (a seeded check's runs depend on it);
+            # systematic with a critic: test_loop's N4-critic-systematic-awrs
+            r = await smc(model, 4, ess_threshold=1.0, resampling="multinomial", seed=seed, critic=critic,
+                          progress=False)
             zs.append(math.exp(r.log_ml))
             m = {}
             for s in r.samples:
@@ -254,7 +257,8 @@ def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sample
     async def go():
         zs, mass, twisted = [], [], 0
         for seed in range(1000):
-            r = await smc(model, 4, ess_threshold=ess, seed=seed, critic=critic, progress=False)
+            r = await smc(model, 4, ess_threshold=ess, resampling="multinomial", seed=seed, critic=critic,
+                          progress=False)
             zs.append(math.exp(r.log_ml))
             twisted += r.stats["resampling_events"]
             m = {}

@@ -62,6 +62,7 @@ CONFIGS = {
     "N16-always-systematic-direct": ("alt", PREDICATE, 2, "direct", 16, 1.0, "systematic", None, 2000),
     "N4-always-residual-forced-eos": ("rare_eos", PREDICATE, 2, "direct", 4, 1.0, "residual", None, 2000),
     "N4-critic-multinomial-awrs": ("alt", PREDICATE, 2, "awrs", 4, 1.0, "multinomial", critic, 2000),
+    "N4-critic-systematic-awrs": ("alt", PREDICATE, 3, "awrs", 4, 1.0, "systematic", critic, 2000),
     "N4-regex-awrs": ("digits", REGEX, 3, "awrs", 4, 0.5, "multinomial", None, 2000),
     "N4-grammar-awrs": ("digits", GRAMMAR, 3, "awrs", 4, 0.5, "systematic", None, 2000),
     "N8-islands4-always-multinomial-awrs": ("alt", PREDICATE, 3, "awrs", 8, 1.0, "multinomial", None, 2000),
@@ -121,7 +122,8 @@ def test_z_hat_is_unbiased(name):
 
 
 @pytest.mark.parametrize("name", ["N4-half-stratified-awrs", "N16-always-systematic-direct",
-                                  "N4-critic-multinomial-awrs", "N4-regex-awrs", "N4-lookahead-awrs",
+                                  "N4-critic-multinomial-awrs", "N4-critic-systematic-awrs", "N4-regex-awrs",
+                                  "N4-lookahead-awrs",
                                   *sorted(set(ISLANDS) | set(FINISH_SHARE))])
 def test_weighted_indicator_identity(name):
     """E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for every string s."""
