@@ -34,8 +34,10 @@ The engines (rows):
                         only narrows S (potentials.json.strict; xgrammar's default strict_mode
                         and outlines close them too); every output is still checked against S
     smc-steer:strict+T=0  both
-    smc-steer:twist     the defaults with the budget twist in every island (per_byte =
-                        smc.core.defaults.PER_BYTE; the defaults twist a run in one population only)
+    smc-steer:twist     the defaults with the budget twist asked for (per_byte =
+                        smc.core.defaults.PER_BYTE): the row that measured the twist in every
+                        island before it was the default (d656305; before, only a run in one
+                        population got it); since then the same run as smc-steer
     llguidance          llguidance's matcher on the HF tokenizer, as a transformers logits
                         processor (benchmarks/peers/masking.py)
     xgrammar            xgr.contrib.hf.LogitsProcessor
