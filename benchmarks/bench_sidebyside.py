@@ -38,6 +38,8 @@ The engines (rows):
                         smc.core.defaults.PER_BYTE): the row that measured the twist in every
                         island before it was the default (d656305; before, only a run in one
                         population got it); since then the same run as smc-steer
+    smc-steer:multinomial  the defaults with multinomial resampling (the default before
+                        d656305; against systematic, the default since)
     llguidance          llguidance's matcher on the HF tokenizer, as a transformers logits
                         processor (benchmarks/peers/masking.py)
     xgrammar            xgr.contrib.hf.LogitsProcessor
@@ -76,14 +78,15 @@ some engine does, with smc-steer's reason (compile error, no finished sample, in
 crash).
 
     python benchmarks/bench_sidebyside.py --setup [--engines llguidance,xgrammar,outlines]
-    python benchmarks/bench_sidebyside.py --records runs.jsonl [--per-split 20] [--seed 0]
+    python benchmarks/bench_sidebyside.py --records runs.jsonl [--per-split 20] [--seed 0] [--smc-seed 0]
         [--max-tokens 256] [--engines smc-steer,smc-steer:N=1,llguidance,...] [--splits A,B]
     python benchmarks/bench_sidebyside.py --summarize runs.jsonl [--markdown]
     python benchmarks/bench_sidebyside.py --export tasks.jsonl [selection options]
     python benchmarks/bench_sidebyside.py --quick --records smoke.jsonl
 
 Records are appended to --records as they finish (one JSON object per engine x task); a run
-skips the pairs already there (resume). ``--quick`` is the smoke form: 3 schemas, max_tokens
+skips the pairs already there (resume). ``--smc-seed S`` samples smc-steer's rows with seed S
+(default 0, every recorded run), recorded as rows ``ENGINE@seed=S`` of their own. ``--quick`` is the smoke form: 3 schemas, max_tokens
 8, the smc-steer rows and each peer whose venv already exists; it is also what the script runs
 with no options at all (as ``make bench`` runs it). Without the corpus at its default place
 (../shared/corpora/maskbench) it says so and exits 0; a --corpus that does not exist is an error.
@@ -132,6 +135,7 @@ SMC_ROWS = {
     "smc-steer:strict": ({}, {"strict": True}),
     "smc-steer:strict+T=0": ({"temperature": 0.0}, {"strict": True}),
     "smc-steer:twist": ({"per_byte": defaults.PER_BYTE}, {}),
+    "smc-steer:multinomial": ({"resampling": "multinomial"}, {}),
 }
 SMC_ENGINES = tuple(SMC_ROWS)
 MASKING_ENGINES = ("llguidance", "xgrammar", "outlines")
@@ -221,13 +225,20 @@ def smc_versions() -> dict[str, str]:
             "transformers": transformers.__version__}
 
 
-def run_smc(lm, task: dict, engine: str) -> dict:
-    """One smc-steer request: compile JSONSchema(S) (timed: the ttft column), then generate."""
+def smc_row_name(engine: str, seed: int) -> str:
+    """The row of smc-steer engine ``engine`` run with sampling seed ``seed``: the engine's name
+    for seed 0 (every recorded run), else ``engine@seed=S``, so each seed is a row of its own."""
+    return engine if seed == 0 else f"{engine}@seed={seed}"
+
+
+def run_smc(lm, task: dict, engine: str, seed: int = 0) -> dict:
+    """One smc-steer request: compile JSONSchema(S) (timed: the ttft column), then generate
+    with sampling seed ``seed``."""
     import smc
     from potentials import JSONSchema
 
     settings, options = SMC_ROWS[engine]
-    rec = {"engine": engine, "task_id": task["task_id"], "split": task["split"], "accepted": False,
+    rec = {"engine": smc_row_name(engine, seed), "task_id": task["task_id"], "split": task["split"], "accepted": False,
            "error": None, "finished": False, "text": None, "token_ids": None, "compile_s": None,
            "wall_s": None, "tokens": None, "log_z": None, "versions": smc_versions()}
     # each request starts cold, as a peer's does: nothing cached from another row's run
@@ -241,7 +252,7 @@ def run_smc(lm, task: dict, engine: str) -> dict:
     rec["accepted"] = True
     rec["compile_s"] = time.perf_counter() - t0
     try:
-        r = generate(lm, task, constraint, settings)
+        r = generate(lm, task, constraint, {**settings, "seed": seed})
     except Exception as err:  # a crash is a result of the benchmark, with its reason
         rec["error"] = f"crash: {type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
         rec["traceback"] = traceback.format_exc(limit=4)[-1500:]
@@ -270,7 +281,7 @@ def generate(lm, task: dict, constraint, settings: dict):
     if settings.get("temperature") != 0:
         return smc.generate(task["prompt_ids"], constraint, lm=lm, max_tokens=task["max_tokens"],
                             progress=False, **settings)
-    request = Request(task["prompt_ids"], constraint, max_tokens=task["max_tokens"])
+    request = Request(task["prompt_ids"], constraint, max_tokens=task["max_tokens"], seed=settings.get("seed", 0))
     return asyncio.run(arun_most_probable(request, lm))[0]
 
 
@@ -468,6 +479,7 @@ def coverage(records: list[dict]) -> list[str]:
     each smc-steer row: at least the best masking engine on every split, above it in total,
     and its wall time per request against the fastest masking engine's."""
     engines = [e for e in ALL_ENGINES if any(r["engine"] == e for r in records)]
+    engines += sorted({r["engine"] for r in records} - set(engines))  # smc-steer rows of other seeds
     splits = sorted({r["split"] for r in records})
     valid = {(e, s): sum(1 for r in records if r["engine"] == e and r["split"] == s and r.get("valid"))
              for e in engines for s in splits}
@@ -482,7 +494,7 @@ def coverage(records: list[dict]) -> list[str]:
     fastest = min(((sum(w) / len(w), e) for e, w in walls.items() if e in masking and w), default=None)
     out.append("")
     for e in engines:
-        if e not in SMC_ENGINES:
+        if e.partition("@")[0] not in SMC_ENGINES:
             continue
         below = [s for s in splits if valid[e, s] < max(valid[m, s] for m in masking)]
         total = sum(valid[e, s] for s in splits)
@@ -521,6 +533,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--per-split", type=int, default=PER_SPLIT)
     ap.add_argument("--splits", help="comma-separated splits (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="the draw of the schemas")
+    ap.add_argument("--smc-seed", type=int, default=0,
+                    help="smc-steer's sampling seed (rows of a seed other than 0 are named ENGINE@seed=S)")
     ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
     ap.add_argument("--max-prompt-tokens", type=int,
                     help="pass over schemas whose prompt is longer (a reduced form; default: no cap)")
@@ -588,7 +602,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     saved = read_jsonl(args.records) if args.records else []
     done = {(r["engine"], r["task_id"]) for r in saved}
     by_id = {t["task_id"]: t for t in tasks}
-    records = [r for r in saved if r["task_id"] in by_id and r["engine"] in engines]
+    rows = [smc_row_name(e, args.smc_seed) if e in SMC_ENGINES else e for e in engines]
+    records = [r for r in saved if r["task_id"] in by_id and r["engine"] in rows]
     sink = open(args.records, "a", encoding="utf-8") if args.records else None
     scorer = Scorer()
 
@@ -604,13 +619,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     try:
         # engine-major: a run cut short has complete rows for its first engines
-        for engine in engines:
-            todo = [t for t in tasks if (engine, t["task_id"]) not in done]
+        for engine, row in zip(engines, rows):
+            todo = [t for t in tasks if (row, t["task_id"]) not in done]
             if not todo:
                 continue
             if engine in SMC_ENGINES:
                 for t in todo:
-                    keep(run_smc(lm, t, engine))
+                    keep(run_smc(lm, t, engine, args.smc_seed))
             else:
                 for rec in run_peer(engine, todo, args.request_timeout, args.peer_memory_gb):
                     keep(rec)

@@ -113,6 +113,17 @@ def test_coverage_goal_met_on_every_split():
                                          "(llguidance)")
 
 
+def test_rows_of_another_seed_are_rows_of_their_own():
+    assert sbs.smc_row_name("smc-steer:twist", 0) == "smc-steer:twist"
+    assert sbs.smc_row_name("smc-steer:twist", 2) == "smc-steer:twist@seed=2"
+    records = [_rec("smc-steer", "a", split="A"), _rec("smc-steer@seed=1", "a", split="A", valid=False),
+               _rec("llguidance", "a", split="A", wall_s=1.0)]
+    lines = sbs.coverage(records)
+    assert lines[0] == "| split | smc-steer | llguidance | smc-steer@seed=1 |"
+    assert lines[-1].startswith("- smc-steer@seed=1: 0 valid vs the best masking engine's 1; below the "
+                                "best masking engine on 1 split(s): A")
+
+
 @pytest.mark.slow
 def test_quick_form_runs_the_smc_steer_rows(tmp_path, capsys):
     corpus, out = _corpus(tmp_path), tmp_path / "runs.jsonl"
