@@ -205,7 +205,7 @@ class Lifted(Potential):
             return out
         done = await self.potential.state_complete(state) - base
         if self.potential.boolean:
-            out[await self._cached_mask(state, tuple(ctx))] = 0.0
+            out[await self._cached_mask(state, ctx)] = 0.0
         else:
             out = await self._walk(state, base, self._full_trie())
         for e in self.eos_ids:
@@ -303,7 +303,7 @@ class Lifted(Potential):
                 keep.extend(toks)
         return np.asarray(sorted(keep), dtype=np.int64)
 
-    async def _cached_mask(self, state: Any, ctx: tuple[int, ...]) -> np.ndarray:
+    async def _cached_mask(self, state: Any, ctx: Sequence[int]) -> np.ndarray:
         """``_mask(state)``, kept per ``mask_key`` (with the allowed ids of small masks), for
         the token context ``ctx`` whose state it is."""
         key = self.potential.mask_key(state)
@@ -315,7 +315,7 @@ class Lifted(Potential):
         mask = await self.text_masks.mask(state)
         if key is not None:
             self._masks[key] = mask
-            self._mask_contexts[key] = ctx
+            self._mask_contexts[key] = tuple(ctx)  # a copy, made for a new mask only: the caller may extend ctx
             allowed = np.flatnonzero(mask)
             if len(allowed) <= self.support_limit:
                 self._supports[key] = (allowed, np.union1d(allowed, self.eos_ids))
@@ -338,7 +338,7 @@ class Lifted(Potential):
         for ctx in saved["masks"]:
             state, base = await self._base(ctx)
             if base > NEG_INF:
-                await self._cached_mask(state, tuple(ctx))
+                await self._cached_mask(state, ctx)
         for ctx in saved["last_step"]:
             await self.last_step_mask(ctx)
 
