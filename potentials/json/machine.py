@@ -337,6 +337,20 @@ class Machine:
             out[f[2]] = None
         elif tag == STR:
             allowed = self.next_bytes(frozenset((node,)))
+            if f[7] is not None and f[2] == 0 and f[3] is None:
+                # against enum/const literals (a closed object's key names them): the rest of
+                # each, where its bytes are its JSON text (nothing to escape); a key in the
+                # order its object tries keys (required ones still missing first), a value
+                # shortest first
+                rank: dict[bytes, int] = {}
+                if f[9] and node.parent.frame[0] == OBJ:
+                    obj = node.parent.frame
+                    rank = {k.encode("utf-8", "surrogatepass"): i
+                            for i, k in enumerate(obj[1].key_candidates(obj[3]))}
+                for v in sorted(f[7], key=lambda v: (rank.get(v, len(rank)), len(v), v)):
+                    rest = v[f[6]:]
+                    if not any(b < 0x20 or b in b'"\\' for b in rest):
+                        out[rest + b'"'] = None
             if f[8] is not None and not f[9] and _between_free_characters(f):
                 # checked when it ends (a format, say): first the rest of an example
                 _example_rests(out, f[1].value_examples(), b'"' + f[8])

@@ -25,6 +25,10 @@ PERSON = {"type": "object", "required": ["name", "age", "tags"],
 CLOSED = {"type": "object", "required": ["a", "b"], "additionalProperties": False,
           "properties": {"a": {"type": "string", "pattern": "^[0-9]{3}-[A-Z]+$"},
                          "b": {"enum": ["hello", "world"]}}}
+LONG_KEY = {"type": "object", "required": ["sports_celebrity.get_major_achievements"], "additionalProperties": False,
+            "properties": {"sports_celebrity.get_major_achievements": {
+                "type": "object", "required": ["celebrity_name"], "additionalProperties": False,
+                "properties": {"celebrity_name": {"type": "string"}, "team": {"type": "string"}}}}}
 TREE = {"$defs": {"n": {"type": "object", "required": ["v"],
                         "properties": {"c": {"$ref": "#/$defs/n"}, "v": {"type": "integer"}}}},
         "$ref": "#/$defs/n"}
@@ -51,6 +55,12 @@ TREE = {"$defs": {"n": {"type": "object", "required": ["v"],
       "additionalProperties": False}, b"{", b'"a":0}'),
     # already complete
     ({"type": "array"}, b"[1]", b""),
+    # inside a key of a closed object, or an enum value: the rest of the literal in one move,
+    # however long (byte by byte, a 39-byte key name ran past the search's states: None)
+    (LONG_KEY, b'{"sports', b'_celebrity.get_major_achievements":{"celebrity_name":""}}'),
+    (LONG_KEY, b'{"sports_celebrity.get_major_achievements": {"', b'celebrity_name":""}}'),
+    ({"enum": ["a rather long enumerated value, longer than forty bytes", "b\"c"]}, b'"a rather',
+     b' long enumerated value, longer than forty bytes"'),
 ])
 def test_completion_is_the_one_built_from_the_schema(schema, prefix, y):
     pot = JSONSchema(schema)
