@@ -102,6 +102,12 @@ def build_program(request: Request, lm: LMBackend, prompt_ids: list[int]) -> Con
     return ConstrainedGeneration(sampler, request.max_tokens, request.finish_share)
 
 
+def request_critic(request: Request) -> Critic | None:
+    """The critic of ``request``'s SMC or beam run: its own, else the budget twist its
+    ``per_byte`` names."""
+    return request.critic if request.critic is not None else budget_twist(request.per_byte)
+
+
 def budget_twist(per_byte: float) -> Critic | None:
     """The critic a request's ``per_byte`` names: ``BudgetCritic(per_byte=per_byte)`` when it
     is > 0, else None."""
@@ -134,7 +140,8 @@ async def arun_most_probable(request: Request, lm: LMBackend | None = None) -> t
     """argmax_x p(x) phi(x) for ``request``'s prompt and constraint (temperature 0): the exact
     best-first search (``most_probable_settings``: method "top_k", one answer) within
     ``defaults.TOP1_MAX_EXPANSIONS`` expansions, else beam search of width
-    ``defaults.TOP1_BEAM_WIDTH`` (a heuristic).
+    ``defaults.TOP1_BEAM_WIDTH`` (a heuristic, ranked by the request's budget twist where it
+    has one: ``Request.per_byte``, on by default under a JSONSchema).
     Returns (the Result, "top_k" or "beam": the method that answered)."""
     exact = request.replace(**most_probable_settings())
     try:
@@ -166,7 +173,7 @@ async def arun(
         # max_expansions is None for the methods other than top_k, which do not read it
         budget = defaults.MAX_EXPANSIONS if request.max_expansions is None else request.max_expansions
         result = await run_search(model, request.method, request.particles, request.n_beam, request.seed,
-                                  budget)
+                                  budget, critic=request_critic(request))
     else:
         program = None
         if request.checkpoint is not None:
@@ -177,7 +184,7 @@ async def arun(
             ess_threshold=request.ess_threshold,
             resampling=request.resampling,
             seed=request.seed,
-            critic=request.critic if request.critic is not None else budget_twist(request.per_byte),
+            critic=request_critic(request),
             progress=progress,
             progress_total=request.max_tokens + 1,
             islands=request.islands,

@@ -244,8 +244,8 @@ class Request:
         if self.critic is not None:
             if not callable(self.critic):
                 raise InvalidArgumentType(f"critic must be a function of a particle (or None), got {self.critic!r}")
-            if self.method != "smc":
-                raise InvalidArgument(f"critic is only used by method='smc', not method={self.method!r}")
+            if self.method not in ("smc", "beam"):
+                raise InvalidArgument(f"critic is only used by method='smc' or 'beam', not method={self.method!r}")
         share = _number(self.finish_share, "finish_share")
         if not 0.0 <= share < 1.0:  # NaN included
             raise InvalidArgument(f"finish_share must be in [0, 1) (the share of EOS mass banked each step), got {share!r}")
@@ -293,19 +293,20 @@ class Request:
         return rate
 
     def _per_byte(self) -> float:
-        """The per-byte rate of the run's budget twist (``budget_critic``): when not given,
-        ``defaults.PER_BYTE`` for an SMC run under a JSONSchema with an SMC sampler (not masking)
-        and no critic of its own, else 0; a given rate is a finite number >= 0, and > 0 only for
-        an SMC run with a byte-level constraint and no critic (the twist is a critic)."""
+        """The per-byte rate of the run's budget twist (``budget_twist``): when not given,
+        ``defaults.PER_BYTE`` for a run under a JSONSchema with no critic of its own, SMC with an
+        SMC sampler (not masking) or beam search (where it ranks the beams), else 0; a given
+        rate is a finite number >= 0, and > 0 only for an SMC or beam run with a byte-level
+        constraint and no critic (the twist is a critic)."""
         if self.per_byte is None:
-            default = (self.method == "smc" and self.critic is None
-                       and self.sampler != "masking" and isinstance(self.constraint, JSONSchema))
+            default = (self.critic is None and isinstance(self.constraint, JSONSchema)
+                       and (self.method == "beam" or (self.method == "smc" and self.sampler != "masking")))
             return defaults.PER_BYTE if default else 0.0
         rate = _number(self.per_byte, "per_byte")
         if not (math.isfinite(rate) and rate >= 0):
             raise InvalidArgument(f"per_byte must be a finite number >= 0 (nats per byte still to write), got {rate!r}")
-        if rate > 0 and self.method != "smc":
-            raise InvalidArgument(f"per_byte is for method='smc' runs, not method={self.method!r}")
+        if rate > 0 and self.method not in ("smc", "beam"):
+            raise InvalidArgument(f"per_byte is for method='smc' or 'beam' runs, not method={self.method!r}")
         if rate > 0 and not isinstance(self.constraint, BytePotential):
             what = type(self.constraint).__name__ if self.constraint is not None else None
             raise InvalidArgument(f"per_byte needs a byte-level constraint (Regex, Grammar, JSONSchema, ...), got {what}")

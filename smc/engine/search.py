@@ -79,7 +79,7 @@ from smc.core.errors import SearchBudgetExceeded
 from smc.core.logmath import NEG_INF, logsumexp
 from smc.core.counters import RunCounters, current
 from smc.core.concurrency import run_all
-from smc.engine.loop import MAX_PARTICLES
+from smc.engine.loop import MAX_PARTICLES, Critic, rate
 from smc.programs.constrained import ConstrainedGeneration
 from smc.programs.model import Model
 from smc.backends.base import is_lm
@@ -117,8 +117,8 @@ def check_method(method: Any, n_beam: Any, critic: Any = None) -> None:
         _check_count(n_beam, "n_beam")
         if method != "steer":
             raise ValueError(f"n_beam is only used by method='steer', not method={method!r}")
-    if critic is not None and method != "smc":
-        raise ValueError(f"critic is only used by method='smc', not method={method!r}")
+    if critic is not None and method not in ("smc", "beam"):
+        raise ValueError(f"critic is only used by method='smc' or 'beam', not method={method!r}")
 
 
 # ---------------------------------------------------------------------------- expansion
@@ -279,17 +279,27 @@ def _counted(fn: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Re
 
 
 # ---------------------------------------------------------------------------- beam search
+#: with a critic, each beam offers this many times beam_width of its highest-W children for
+#: the critic to rank (benchmarks/RESULTS.md, "Temperature 0 with the budget twist")
+CRITIC_CHILDREN = 2
+
+
 @_counted
 async def beam(
     model: Model, beam_width: int = 4, *, max_steps: int | None = defaults.MAX_STEPS,
-    max_paths: int = MAX_PATHS
+    max_paths: int = MAX_PATHS, critic: Critic | None = None
 ) -> Result:
     """Deterministic beam search: the ``beam_width`` highest-mass sequences it reaches (see the
     module docstring for the children and their masses W).
 
-    B_0 = {model started}; B_{k+1} = the beam_width largest-W elements of
+    B_0 = {model started}; B_{k+1} = the beam_width largest-score elements of
     {finished b in B_k} ∪ {children of unfinished b in B_k} (ties by token ids); stop when every
-    element of B_k is finished or after ``max_steps`` rounds.
+    element of B_k is finished or after ``max_steps`` rounds. The score is W, or with a
+    ``critic`` W + psi(c) for an unfinished candidate c (psi estimates the log mass its
+    completion will still cost; a finished one scores W), each unfinished b then offering its
+    CRITIC_CHILDREN * beam_width highest-W children instead of beam_width (psi costs a search
+    per child, so not all of them): a round where psi rates some unfinished candidate None
+    ranks by W alone, as an SMC island is then left untwisted.
 
     Args:
         model: the initial program (left untouched); a ConstrainedGeneration expands into next
@@ -298,8 +308,12 @@ async def beam(
         max_steps: stop after this many rounds (default ``defaults.MAX_STEPS``; None: no bound);
             unfinished beams are returned unfinished and ``stats["max_steps_reached"]`` is True.
         max_paths: most random paths one step of a general Model may have.
+        critic: the ranking heuristic psi (``smc.engine.critics.BudgetCritic``: a candidate far
+            from an end it can reach within max_tokens ranks below one close to it, which plain
+            W, blind to the budget, prefers when its prefix is likelier), or None. It changes
+            which sequences are kept, never their W.
 
-    Returns a Result whose samples are the final beams, highest W first, with log_weight = W
+    Returns a Result whose samples are the final beams, highest score first, with log_weight = W
     (exact), and log_ml = log sum of the finished beams' masses (-inf when none finished).
     """
     _check_model(model)
@@ -322,15 +336,30 @@ async def beam(
             (b.weight, (*b.token_ids(), -1), (lambda b=b: b)) for b in pool if b.finished
         ]
         for e in exps:
-            for j in _top(e.logw, k):
+            for j in _top(e.logw, k if critic is None else CRITIC_CHILDREN * k):
                 w = float(e.logw[j])
                 cands.append((w, e.key(int(j)), (lambda e=e, j=int(j), w=w: e.make(j, w))))
+        if critic is not None:
+            cands = await _with_heuristic(critic, cands)
         cands.sort(key=lambda c: (-c[0], c[1]))
         pool = [build() for _, _, build in cands[:k]]
     finished = np.array([b.weight for b in pool if b.finished], dtype=float)
     stats = {"method": "beam", "beam_width": k, "steps": steps, "expansions": expansions,
              "max_steps_reached": any(not b.finished for b in pool)}
     return run.result(pool, logsumexp(finished), stats)
+
+
+async def _with_heuristic(critic: Critic, cands: list[tuple[float, tuple, Callable[[], Model]]]
+                          ) -> list[tuple[float, tuple, Callable[[], Model]]]:
+    """The candidates (W, key, build) scored W + psi(c) for the unfinished ones of W > -inf;
+    unchanged when psi rates one of those None."""
+    built = [(w, key, build()) for w, key, build in cands]
+    rated = [i for i, (w, _, c) in enumerate(built) if not c.finished and w > NEG_INF]
+    values = await run_all(rate(critic, built[i][2]) for i in rated)
+    if any(v is None for v in values):
+        return [(w, key, (lambda c=c: c)) for w, key, c in built]
+    twist = dict(zip(rated, values))
+    return [(w + float(twist.get(i, 0.0)), key, (lambda c=c: c)) for i, (w, key, c) in enumerate(built)]
 
 
 # ---------------------------------------------------------------------------- exact top k
@@ -526,15 +555,15 @@ DEFAULT_N_BEAM = 2
 
 
 async def run_search(model: Model, method: str, particles: int, n_beam: int | None, seed: int | None,
-                     max_expansions: int = defaults.MAX_EXPANSIONS) -> Result:
-    """The non-SMC methods of ``smc.generate``: ``beam(model, particles)`` for "beam",
+                     max_expansions: int = defaults.MAX_EXPANSIONS, critic: Critic | None = None) -> Result:
+    """The non-SMC methods of ``smc.generate``: ``beam(model, particles, critic=critic)`` for "beam",
     ``top_k(model, particles, max_expansions=max_expansions)`` for "top_k",
     ``steer(model, particles, n_beam, seed=seed)`` for "steer" (``n_beam`` defaulting to
     DEFAULT_N_BEAM). A ConstrainedGeneration finishes within max_tokens + 1 rounds, which is
     the bound passed for its rounds (any other program: ``defaults.MAX_STEPS``)."""
     rounds = model.max_tokens + 1 if isinstance(model, ConstrainedGeneration) else defaults.MAX_STEPS
     if method == "beam":
-        return await beam(model, particles, max_steps=rounds)
+        return await beam(model, particles, max_steps=rounds, critic=critic)
     if method == "top_k":
         return await top_k(model, particles, max_expansions=max_expansions)
     if method == "steer":

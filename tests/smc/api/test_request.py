@@ -204,10 +204,10 @@ def test_json_schema_constraint_parses_results():
     assert isinstance(r.constraint, JSONSchema)
 
 
-def test_per_byte_twist_is_on_for_an_smc_run_under_a_json_schema():
+def test_per_byte_twist_is_on_for_an_smc_or_beam_run_under_a_json_schema():
     """defaults.PER_BYTE for an SMC run under a JSONSchema, in one population or in islands,
-    else 0; a given rate is kept, re-resolved on replace when it was the default, and refused
-    where it cannot act."""
+    and for beam search under one (where it ranks the beams), else 0; a given rate is kept,
+    re-resolved on replace when it was the default, and refused where it cannot act."""
     schema = JSONSchema({"type": "object"})
     assert Request("hi", schema, particles=8).per_byte == defaults.PER_BYTE
     assert Request("hi", schema, particles=16).islands == 4
@@ -216,7 +216,11 @@ def test_per_byte_twist_is_on_for_an_smc_run_under_a_json_schema():
     assert Request("hi", Regex("a+"), particles=8).per_byte == 0.0
     assert Request("hi", schema, particles=8, sampler="masking").per_byte == 0.0
     assert Request("hi", schema, particles=8, critic=lambda p: 0.0).per_byte == 0.0
-    assert Request("hi", schema, particles=8, method="beam").per_byte == 0.0
+    assert Request("hi", schema, particles=8, method="beam").per_byte == defaults.PER_BYTE
+    assert Request("hi", Regex("a+"), particles=8, method="beam").per_byte == 0.0
+    assert Request("hi", schema, particles=8, method="top_k").per_byte == 0.0
+    assert Request("hi", schema, particles=8, method="steer").per_byte == 0.0
+    assert Request("hi", Regex("a+"), method="beam", per_byte=0.3).per_byte == 0.3
     assert Request("hi", {"json_schema": {"type": "object"}}, particles=4).per_byte == defaults.PER_BYTE
     r = Request("hi", schema, particles=8)
     assert r.replace(constraint=Regex("a+")).per_byte == 0.0
@@ -224,7 +228,8 @@ def test_per_byte_twist_is_on_for_an_smc_run_under_a_json_schema():
     as_json = Request("hi", {"json_schema": {"type": "object"}}, particles=8).to_json()
     assert as_json["per_byte"] == defaults.PER_BYTE and Request.from_json(as_json).per_byte == defaults.PER_BYTE
     for bad, match in ((dict(per_byte=-1.0), "per_byte must be a finite number"),
-                       (dict(per_byte=0.5, method="beam"), "per_byte is for method='smc'"),
+                       (dict(per_byte=0.5, method="top_k"), "per_byte is for method='smc' or 'beam'"),
+                       (dict(per_byte=0.5, method="steer"), "per_byte is for method='smc' or 'beam'"),
                        (dict(per_byte=0.5, critic=lambda p: 0.0), "give per_byte or critic")):
         with pytest.raises(ValueError, match=match):
             Request("hi", schema, **bad)
@@ -249,6 +254,27 @@ def test_the_run_gets_the_budget_twist_its_request_names(monkeypatch):
     smc.generate("", schema, lm=toy(), particles=4, max_tokens=6, per_byte=0.0, progress=False)
     assert isinstance(seen[0], BudgetCritic) and seen[0].per_byte == defaults.PER_BYTE
     assert seen[1] is None
+
+
+def test_a_beam_run_gets_the_budget_twist_as_its_ranking(monkeypatch):
+    import smc.api.generation as generation
+    from smc.engine.critics import BudgetCritic
+
+    seen = []
+    real = generation.run_search
+
+    async def spy(*args, critic=None, **kw):
+        seen.append(critic)
+        return await real(*args, critic=critic, **kw)
+
+    monkeypatch.setattr(generation, "run_search", spy)
+    schema = JSONSchema({"type": "boolean"})
+    own = lambda p: 0.0  # noqa: E731
+    for settings in ({}, {"per_byte": 0.0}, {"critic": own}):
+        smc.generate("", schema, lm=toy(), particles=2, max_tokens=6, method="beam", progress=False, **settings)
+    smc.generate("", schema, lm=toy(), particles=2, max_tokens=6, method="top_k", progress=False)
+    assert isinstance(seen[0], BudgetCritic) and seen[0].per_byte == defaults.PER_BYTE
+    assert seen[1] is None and seen[2] is own and seen[3] is None
 
 
 async def test_strict_beside_json_schema_in_the_json_form():

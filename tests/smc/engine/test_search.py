@@ -19,6 +19,7 @@ from smc.programs.distributions import Categorical
 from smc.programs.constrained import ConstrainedGeneration
 from smc.programs.context import LMContext
 from smc.programs.model import Model
+from smc.engine.critics import BudgetCritic
 from smc.engine.search import beam, keep_without_replacement, steer, top_k
 from tests.toy_problems import FastToyLM, TokenPredicate, TokenSoft, exact_target
 
@@ -171,6 +172,52 @@ def test_beam_is_a_heuristic_not_the_top_k():
     assert math.exp(r.samples[0].log_weight) == pytest.approx(0.45**4 * 0.1, rel=1e-12)
 
 
+def budget_problem():
+    """Tokens a, b and EOS with p = 0.6, 0.35, 0.05 in every context, under the regex a*bbb,
+    4 tokens at most: the valid texts are bbb and abbb, but a, then aa, is likelier at each
+    round than anything on their way."""
+    lm = FastToyLM([b"a", b"b", b"$"], b"$", lambda ids: [0.6, 0.35, 0.05])
+    return lm, ConstrainedGeneration(make_sampler("direct", lm, Regex("a*bbb").lift(lm)), 4)
+
+
+def test_beam_ranked_by_the_budget_twist_finds_what_plain_beam_loses():
+    """Greedy beam search (k = 1) takes a, then aa, from which nothing valid fits in the budget:
+    no finished sequence. Ranked by W + psi, psi = BudgetCritic's -m (c + 1 / tokens left)
+    (b: -1.05 - 2 (0.5 + 1/3) = -2.72 against a: -0.51 - 3 (0.5 + 1/3) = -3.01), it takes b
+    and ends with bbb, whose weight is still its exact mass."""
+    lm, m = budget_problem()
+    plain = asyncio.run(beam(m, 1))
+    assert plain.finished == [] and plain.log_ml == NEG_INF
+    ranked = asyncio.run(beam(m, 1, critic=BudgetCritic(per_byte=0.5)))
+    [s] = ranked.samples
+    assert s.finished and s.token_ids == (1, 1, 1)
+    assert s.log_weight == pytest.approx(math.log(0.35**3 * 0.05), rel=1e-12)
+    assert ranked.log_ml == pytest.approx(s.log_weight, rel=1e-12)
+
+
+def test_beam_ranks_by_w_alone_in_a_round_where_the_critic_rates_none():
+    """A critic that cannot rate a candidate leaves that round ranked by W (as an SMC island
+    is then left untwisted): with one that never rates, beam search is plain beam search."""
+    for name in ("digits-regex", "rand4-no-ac"):
+        for k in (1, 3):
+            plain = asyncio.run(beam(program(name), k))
+            unrated = asyncio.run(beam(program(name), k, critic=lambda p: None))
+            assert unrated.samples == plain.samples and unrated.log_ml == plain.log_ml
+
+
+def test_beam_with_a_critic_keeps_exact_weights_and_a_wide_beam_is_still_the_target():
+    """The critic only reorders: every returned sequence keeps W = its exact log mass, and a
+    beam wide enough to prune nothing is the whole target whatever the critic says."""
+    lm, m = budget_problem()
+    pot = Regex("a*bbb").lift(lm)
+    r = asyncio.run(beam(m, 3, critic=BudgetCritic(per_byte=0.5)))
+    for s in r.samples:
+        assert s.log_weight == pytest.approx(log_mass(lm, pot, s.token_ids, s.finished), rel=1e-12)
+    exact = target("digits-regex")
+    wide = asyncio.run(beam(program("digits-regex"), 1000, critic=lambda p: -3.0 * len(p.token_ids())))
+    assert {s.token_ids: math.exp(s.log_weight) for s in wide.samples} == pytest.approx(exact, rel=1e-9)
+
+
 def test_beam_is_deterministic_and_ignores_the_sampler():
     a = asyncio.run(beam(program("digits-regex", "awrs"), 4))
     b = asyncio.run(beam(program("digits-regex", "awrs"), 4))
@@ -276,7 +323,7 @@ def target_for(lm, constraint, T):
         (dict(method=None), ValueError, "method must be one of"),
         (dict(method="beam", n_beam=2), ValueError, "n_beam is only used"),
         (dict(method="steer", n_beam=0), ValueError, "n_beam must be an integer"),
-        (dict(method="beam", critic=lambda p: 0.0), ValueError, "critic is only used"),
+        (dict(method="top_k", critic=lambda p: 0.0), ValueError, "critic is only used by method='smc' or 'beam'"),
     ],
 )
 def test_generate_bad_method_arguments(kwargs, error, match):
