@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--per-byte", type=float, default=None,
                    help="the budget twist's nats per byte still to write: it keeps the particles "
                         "from following one that is behind in the document (same target; "
+                        "with --method beam it ranks the beams; "
                         f"default {defaults.PER_BYTE} for a --json-schema run, else 0)")
     g.add_argument("--temperature", type=float, default=None,
                    help="T > 0: the target's LM is softmax(logits / T) at every step (default 1)")

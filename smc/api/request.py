@@ -142,13 +142,15 @@ class Request:
             run with a byte-level constraint, else 0).
         per_byte: nats per byte still to write of the budget twist that steers resampling
             (``smc.engine.critics.BudgetCritic``; removed from the final weights, so the target
-            is unchanged); None: ``defaults.PER_BYTE`` for an SMC run under a JSONSchema, else 0
+            is unchanged), or ranks the beams of method="beam" (docs/beam.md); None:
+            ``defaults.PER_BYTE`` for an SMC or beam run under a JSONSchema, else 0
             (docs/quality.md).
         method: "smc", "beam", "top_k" or "steer" (docs/beam.md).
         n_beam: children per particle of method="steer" (None: ``defaults.N_BEAM``).
         max_expansions: most particles method="top_k" expands before it raises
             ``SearchBudgetExceeded`` (None: ``defaults.MAX_EXPANSIONS``; only for top_k).
-        critic: a log twist psi(particle) guiding resampling (Python only).
+        critic: a log twist psi(particle) guiding resampling, or ranking the beams of
+            method="beam" (Python only).
         checkpoint: a file the run's state is written to after every step (Python and CLI only).
         chat: apply the LM's chat template to a text prompt (None: when the LM has one).
         tools: OpenAI function tools the prompt states (the chat template's tool section, else
