@@ -237,44 +237,30 @@ def test_per_byte_twist_is_on_for_an_smc_or_beam_run_under_a_json_schema():
         Request("hi", None, per_byte=0.5)
 
 
-def test_the_run_gets_the_budget_twist_its_request_names(monkeypatch):
+@pytest.mark.parametrize("method, runner", [("smc", "smc"), ("beam", "run_search")])
+def test_the_run_gets_the_budget_twist_its_request_names(monkeypatch, method, runner):
+    """The SMC loop, or beam search (its ranking), gets BudgetCritic(per_byte) by default under
+    a JSONSchema, nothing with per_byte=0, and a critic of one's own as given; top_k none."""
     import smc.api.generation as generation
     from smc.engine.critics import BudgetCritic
 
     seen = []
-    real = generation.smc
+    real = getattr(generation, runner)
 
     async def spy(*args, critic=None, **kw):
         seen.append(critic)
         return await real(*args, critic=critic, **kw)
 
-    monkeypatch.setattr(generation, "smc", spy)
-    schema = JSONSchema({"type": "boolean"})
-    smc.generate("", schema, lm=toy(), particles=4, max_tokens=6, progress=False)
-    smc.generate("", schema, lm=toy(), particles=4, max_tokens=6, per_byte=0.0, progress=False)
-    assert isinstance(seen[0], BudgetCritic) and seen[0].per_byte == defaults.PER_BYTE
-    assert seen[1] is None
-
-
-def test_a_beam_run_gets_the_budget_twist_as_its_ranking(monkeypatch):
-    import smc.api.generation as generation
-    from smc.engine.critics import BudgetCritic
-
-    seen = []
-    real = generation.run_search
-
-    async def spy(*args, critic=None, **kw):
-        seen.append(critic)
-        return await real(*args, critic=critic, **kw)
-
-    monkeypatch.setattr(generation, "run_search", spy)
+    monkeypatch.setattr(generation, runner, spy)
     schema = JSONSchema({"type": "boolean"})
     own = lambda p: 0.0  # noqa: E731
     for settings in ({}, {"per_byte": 0.0}, {"critic": own}):
-        smc.generate("", schema, lm=toy(), particles=2, max_tokens=6, method="beam", progress=False, **settings)
-    smc.generate("", schema, lm=toy(), particles=2, max_tokens=6, method="top_k", progress=False)
+        smc.generate("", schema, lm=toy(), particles=4, max_tokens=6, method=method, progress=False, **settings)
     assert isinstance(seen[0], BudgetCritic) and seen[0].per_byte == defaults.PER_BYTE
-    assert seen[1] is None and seen[2] is own and seen[3] is None
+    assert seen[1] is None and seen[2] is own
+    if runner == "run_search":
+        smc.generate("", schema, lm=toy(), particles=2, max_tokens=6, method="top_k", progress=False)
+        assert seen[3] is None
 
 
 async def test_strict_beside_json_schema_in_the_json_form():
