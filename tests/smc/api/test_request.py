@@ -263,6 +263,31 @@ def test_the_run_gets_the_budget_twist_its_request_names(monkeypatch, method, ru
         assert seen[3] is None
 
 
+async def test_temperature_zero_falls_back_to_beams_ranked_by_the_twist(monkeypatch):
+    """Where the exact search exceeds its budget, temperature 0's beam search under a JSONSchema
+    is ranked by the budget twist (the request's per_byte, resolved again for method="beam");
+    under a regex, plainly."""
+    import smc.api.generation as generation
+    from smc.engine.critics import BudgetCritic
+
+    seen = []
+    real = generation.run_search
+
+    async def spy(model, method, *args, critic=None, **kw):
+        seen.append((method, critic))
+        return await real(model, method, *args, critic=critic, **kw)
+
+    monkeypatch.setattr(generation, "run_search", spy)
+    monkeypatch.setattr(defaults, "TOP1_MAX_EXPANSIONS", 1)
+    for constraint in (JSONSchema({"type": "integer", "minimum": 100}), Regex("[12]{3,}")):
+        result, how = await generation.arun_most_probable(Request("", constraint, max_tokens=6), toy())
+        assert how == "beam" and int(result.best) >= 100
+    (m0, c0), (m1, c1), (m2, c2), (m3, c3) = seen
+    assert (m0, c0, m2, c2) == ("top_k", None, "top_k", None)
+    assert m1 == "beam" and isinstance(c1, BudgetCritic) and c1.per_byte == defaults.PER_BYTE
+    assert m3 == "beam" and c3 is None
+
+
 async def test_strict_beside_json_schema_in_the_json_form():
     """{"json_schema": S, "strict": true}: S's open objects closed; kept by to_json/from_json."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
