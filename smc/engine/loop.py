@@ -356,7 +356,7 @@ async def _twist(critic: Critic, pop: list[Model], live: list[int], islands: np.
     positive resampling priorities chosen from the current population keep Ẑ unbiased; these
     are the twist's or all 1)."""
     rated = [i for i in live if not pop[i].finished and pop[i].weight > NEG_INF]
-    values = dict(zip(rated, await run_all(rate(critic, pop[i]) for i in rated)))
+    values = dict(zip(rated, await run_all(critic_value(critic, pop[i]) for i in rated)))
     for g in islands:
         members = [int(i) for i in g if int(i) in values]
         if all(values[i] is not None for i in members):
@@ -364,7 +364,7 @@ async def _twist(critic: Critic, pop: list[Model], live: list[int], islands: np.
                 pop[i].twist(float(values[i]))
 
 
-async def rate(critic: Critic, p: Model) -> float | None:
+async def critic_value(critic: Critic, p: Model) -> float | None:
     """psi(p): the critic's value for particle ``p`` (awaited when the critic is async)."""
     value = critic(p)
     if inspect.isawaitable(value):

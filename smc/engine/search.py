@@ -79,7 +79,7 @@ from smc.core.errors import SearchBudgetExceeded
 from smc.core.logmath import NEG_INF, logsumexp
 from smc.core.counters import RunCounters, current
 from smc.core.concurrency import run_all
-from smc.engine.loop import MAX_PARTICLES, Critic, rate
+from smc.engine.loop import MAX_PARTICLES, Critic, critic_value
 from smc.programs.constrained import ConstrainedGeneration
 from smc.programs.model import Model
 from smc.backends.base import is_lm
@@ -106,19 +106,6 @@ def _check_model(model: Any) -> None:
             f"model must be an smc.Model (e.g. the ConstrainedGeneration behind smc.generate), "
             f"got {type(model).__name__}"
         )
-
-
-def check_method(method: Any, n_beam: Any, critic: Any = None) -> None:
-    """ValueError naming a bad ``method`` (one of METHODS), a bad ``n_beam`` (an integer >= 1, or
-    None; only ``method="steer"`` uses it), or a ``critic`` given to a method that has none."""
-    if not isinstance(method, str) or method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
-    if n_beam is not None:
-        _check_count(n_beam, "n_beam")
-        if method != "steer":
-            raise ValueError(f"n_beam is only used by method='steer', not method={method!r}")
-    if critic is not None and method not in ("smc", "beam"):
-        raise ValueError(f"critic is only used by method='smc' or 'beam', not method={method!r}")
 
 
 # ---------------------------------------------------------------------------- expansion
@@ -355,7 +342,7 @@ async def _with_heuristic(critic: Critic, cands: list[tuple[float, tuple, Callab
     unchanged when psi rates one of those None."""
     built = [(w, key, build()) for w, key, build in cands]
     rated = [i for i, (w, _, c) in enumerate(built) if not c.finished and w > NEG_INF]
-    values = await run_all(rate(critic, built[i][2]) for i in rated)
+    values = await run_all(critic_value(critic, built[i][2]) for i in rated)
     if any(v is None for v in values):
         return [(w, key, (lambda c=c: c)) for w, key, c in built]
     twist = dict(zip(rated, values))
