@@ -267,7 +267,9 @@ def _counted(fn: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Re
 
 # ---------------------------------------------------------------------------- beam search
 #: with a critic, each beam offers this many times beam_width of its highest-W children for
-#: the critic to rank (benchmarks/RESULTS.md, "Temperature 0 with the budget twist")
+#: the critic to rank: at temperature 0 on JSONSchemaBench's 43 schemas, 1 and 2 finish the
+#: same 21, 2 with outputs 0.5 nats likelier on average (benchmarks/RESULTS.md, "Strict mode at
+#: the current defaults, and temperature 0 ranked by the budget twist")
 CRITIC_CHILDREN = 2
 
 
