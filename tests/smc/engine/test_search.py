@@ -203,6 +203,17 @@ def test_beam_ranks_by_w_alone_in_a_round_where_the_critic_rates_none():
             plain = asyncio.run(beam(program(name), k))
             unrated = asyncio.run(beam(program(name), k, critic=lambda p: None))
             assert unrated.samples == plain.samples and unrated.log_ml == plain.log_ml
+    # one unrated candidate is enough. Greedy on the budget problem: b unrated in the first
+    # round, so a (the likelier) is kept, then the twist ranks ab above aa: abbb. Were b's None
+    # read as 0 (no cost ahead), b would lead at once and the search end with bbb.
+    _, m = budget_problem()
+    twist = BudgetCritic(per_byte=0.5)
+
+    async def all_but_b(p):
+        return None if tuple(p.token_ids()) == (1,) else await twist(p)
+
+    [s] = asyncio.run(beam(m, 1, critic=all_but_b)).samples
+    assert s.finished and s.token_ids == (0, 1, 1, 1)
 
 
 def test_beam_with_a_critic_keeps_exact_weights_and_a_wide_beam_is_still_the_target():
