@@ -37,7 +37,7 @@ from smc.core import defaults
 from smc.core.errors import InvalidArgument, InvalidArgumentType
 from smc.engine.checkpoint import check_path
 from smc.engine.loop import MAX_PARTICLES, Critic, check_smc_args
-from smc.engine.search import METHODS
+from smc.engine.search import CRITIC_METHODS, METHODS
 
 #: largest search budget accepted (max_expansions): a bound on what a request may ask for, far
 #: beyond any run that ends in reasonable time
@@ -246,7 +246,7 @@ class Request:
         if self.critic is not None:
             if not callable(self.critic):
                 raise InvalidArgumentType(f"critic must be a function of a particle (or None), got {self.critic!r}")
-            if self.method not in ("smc", "beam"):
+            if self.method not in CRITIC_METHODS:
                 raise InvalidArgument(f"critic is only used by method='smc' or 'beam', not method={self.method!r}")
         share = _number(self.finish_share, "finish_share")
         if not 0.0 <= share < 1.0:  # NaN included
@@ -307,7 +307,7 @@ class Request:
         rate = _number(self.per_byte, "per_byte")
         if not (math.isfinite(rate) and rate >= 0):
             raise InvalidArgument(f"per_byte must be a finite number >= 0 (nats per byte still to write), got {rate!r}")
-        if rate > 0 and self.method not in ("smc", "beam"):
+        if rate > 0 and self.method not in CRITIC_METHODS:
             raise InvalidArgument(f"per_byte is for method='smc' or 'beam' runs, not method={self.method!r}")
         if rate > 0 and not isinstance(self.constraint, BytePotential):
             what = type(self.constraint).__name__ if self.constraint is not None else None

@@ -90,6 +90,8 @@ from smc.programs.model import Sample
 MAX_PATHS = 10_000
 
 METHODS = ("smc", "beam", "steer", "top_k")
+#: the methods a critic (the budget twist included) acts in: SMC resamples by it, beam search ranks by it
+CRITIC_METHODS = ("smc", "beam")
 
 
 def _check_count(value: Any, name: str, limit: int = MAX_PARTICLES) -> int:
