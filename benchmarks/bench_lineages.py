@@ -17,7 +17,8 @@ before the step has an odd number of unescaped quotes) or *outside*. Per run we 
 
     python benchmarks/bench_lineages.py [--task ada] [--particles 10] [--seeds 0,1,2]
         [--critic none|budget[=RATE[:PER_BYTE]]] [--islands 1] [--jsonl FILE] [--verbose]
-    python benchmarks/bench_lineages.py --summarize FILE...   (saved records; benchmarks/data/)
+    python benchmarks/bench_lineages.py --summarize FILE... [--selection age=36]   (saved records;
+        benchmarks/data/; --selection: does resampling favour a wrong value, ``value_selection``)
 
 ``--summarize`` also reads AWRS's own noise off the records (``sibling_noise``): particles that
 step from one context in one step have equal exact local masses, so their weights differ only by
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -166,6 +168,36 @@ def summarize_run(result, lm, info: dict) -> dict:
     )
 
 
+def value_selection(records: list[dict], decode_ids, field: str, gold: int) -> dict:
+    """Does resampling favour particles with a wrong value of an integer field? At every
+    resampling event where every particle has written ``field`` and some have ``gold`` and some
+    not, the share of the (recorded, twisted) weight on the wrong ones against their share of
+    the particles, and the share of the children they got; summed over the events. Equal
+    sums: the wrong values win only as often as they are there (drift, not selection)."""
+    pattern = re.compile(r'"%s"\s*:\s*(-?\d+)\D' % re.escape(field))
+    events, count, weight, children = 0, 0.0, 0.0, 0.0
+    for rec in records:
+        n = rec["N"]
+        toks: list[list[int]] = [[] for _ in range(n)]
+        for h in rec["raw"]:
+            toks = [t + list(new) for t, new in zip(toks, h["tokens"])]
+            if h["ancestors"] is None:
+                continue
+            found = [pattern.search(decode_ids(t)) for t in toks]
+            if all(found):
+                wrong = np.array([int(m.group(1)) != gold for m in found])
+                if 0 < wrong.sum() < n:
+                    lw = np.array(h["lw"], dtype=float)
+                    w = np.exp(lw - np.logaddexp.reduce(lw))
+                    events += 1
+                    count += wrong.mean()
+                    weight += float(w[wrong].sum())
+                    children += float(np.mean([wrong[a] for a in h["ancestors"]]))
+            toks = [list(toks[a]) for a in h["ancestors"]]
+    return dict(events=events, wrong_share_of_particles=round(float(count), 2), wrong_share_of_weight=round(weight, 2),
+                wrong_share_of_children=round(children, 2))
+
+
 def sibling_noise(records: list[dict]) -> dict:
     """AWRS's own noise, read off the runs: where two or more particles step from the same context
     in the same step (siblings after a resampling, or the first step), their exact local masses
@@ -214,6 +246,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--summarize", nargs="+", metavar="FILE",
                     help="only print log Ẑ per run and the sibling noise of saved records")
+    ap.add_argument("--selection", metavar="FIELD=VALUE",
+                    help="with --summarize: how resampling treats particles whose integer FIELD is not "
+                         "VALUE (value_selection; e.g. age=36 on the Ada task)")
     args = ap.parse_args(argv)
     if args.summarize:
         for path in args.summarize:
@@ -224,6 +259,14 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  N={r['N']} seed {r['seed']} critic {r['critic']}: log Ẑ {r['log_ml']:.1f}  "
                       f"accuracy {r['accuracy']:.2f}  best {r['best'][:70]!r}")
             print("  sibling noise:", sibling_noise(recs))
+            if args.selection:
+                import smc
+                from smc.backends.vocab import decode
+
+                lm = smc.load_lm()
+                field, _, value = args.selection.partition("=")
+                print(f"  selection of {field} != {value}:",
+                      value_selection(recs, lambda ids: decode(lm, ids), field, int(value)))
         return
 
     import smc
