@@ -29,7 +29,7 @@ def test_value_selection_counts_the_wrong_values_share_at_each_event():
         step(['{"age": 36,', '{"age": 12,', '{"age": 36,', '{"age": 36,'], [0.0] * 4, None),
         # an event where one of four is wrong and carries half the weight, and gets 2 children
         step(["", "", "", ""], [0.0, math.log(3.0), 0.0, 0.0], [1, 1, 0, 2]),
-        # all agree now (ages 12, 12, 36, 36 -> two wrong): counted, a quarter of the weight
+        # the population now holds ages 12, 12, 36, 36 (two wrong), with a quarter of the weight
         step([" x", " x", " x", " x"], [math.log(0.5), math.log(0.5), 0.0, math.log(2.0)], [3, 3, 3, 0]),
     ])
     got = bench_lineages.value_selection([record], decode, "age", 36)
