@@ -39,6 +39,9 @@ from smc.engine.checkpoint import check_path
 from smc.engine.loop import MAX_PARTICLES, Critic, check_smc_args
 from smc.engine.search import CRITIC_METHODS, METHODS
 
+#: "method='smc' or 'beam'": the methods a critic acts in, as the errors name them
+_CRITIC_METHODS_TEXT = "method=" + " or ".join(repr(m) for m in CRITIC_METHODS)
+
 #: largest search budget accepted (max_expansions): a bound on what a request may ask for, far
 #: beyond any run that ends in reasonable time
 MAX_BUDGET = 10**9
@@ -247,7 +250,7 @@ class Request:
             if not callable(self.critic):
                 raise InvalidArgumentType(f"critic must be a function of a particle (or None), got {self.critic!r}")
             if self.method not in CRITIC_METHODS:
-                raise InvalidArgument(f"critic is only used by method='smc' or 'beam', not method={self.method!r}")
+                raise InvalidArgument(f"critic is only used by {_CRITIC_METHODS_TEXT}, not method={self.method!r}")
         share = _number(self.finish_share, "finish_share")
         if not 0.0 <= share < 1.0:  # NaN included
             raise InvalidArgument(f"finish_share must be in [0, 1) (the share of EOS mass banked each step), got {share!r}")
@@ -308,7 +311,7 @@ class Request:
         if not (math.isfinite(rate) and rate >= 0):
             raise InvalidArgument(f"per_byte must be a finite number >= 0 (nats per byte still to write), got {rate!r}")
         if rate > 0 and self.method not in CRITIC_METHODS:
-            raise InvalidArgument(f"per_byte is for method='smc' or 'beam' runs, not method={self.method!r}")
+            raise InvalidArgument(f"per_byte is for {_CRITIC_METHODS_TEXT} runs, not method={self.method!r}")
         if rate > 0 and not isinstance(self.constraint, BytePotential):
             what = type(self.constraint).__name__ if self.constraint is not None else None
             raise InvalidArgument(f"per_byte needs a byte-level constraint (Regex, Grammar, JSONSchema, ...), got {what}")
