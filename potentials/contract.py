@@ -223,6 +223,10 @@ HOOKS: dict[str, Hook] = {
         "(a heuristic grouping of states needing equally long completions)",
         "read only by the budget twist",
         None),
+    "committed(state)": Hook(
+        "the bytes every accepted continuation writes next, the rest of a literal begun",
+        "resampling never drops a particle inside a literal it has begun (the budget twist's holds)",
+        "PotentialContract.test_committed_is_written_next"),
 }
 
 
@@ -305,6 +309,17 @@ class ByteContract(Potential, Generic[S]):
         function of the state.
         """
         return None
+
+    def committed(self, state: S) -> bytes:
+        """Bytes that every accepted continuation of ``state`` writes next *because the text
+        has begun them* (the rest of a literal one of whose characters is written; inside a
+        string, an escape may spell them), where known cheaply; b"" (the default) otherwise.
+
+        Only the engine's resampling reads it (smc.engine.critics: a particle inside a literal
+        it has begun is not dropped before it has written it), never a weight, so a wrong
+        answer costs efficiency, not correctness; ``potentials.testing`` checks it.
+        """
+        return b""
 
     def complete_key(self, state: S) -> Hashable | None:
         """A hashable key k(state) with: k(s) == k(s') implies, for every byte string d,

@@ -227,6 +227,21 @@ class PotentialContract:
         for ctx, state, y in claims:
             assert await pot.complete_after(state, y) > NEG_INF, (ctx, y)
 
+    def test_committed_is_written_next(self):
+        """A byte potential's ``committed(state)``, where not empty, is what every accepted
+        continuation writes next: no byte keeps the state alive but its first one or, inside
+        a string, a backslash that begins an escape spelling it; and the completion, where
+        known, begins with it."""
+        pot, claims = self._byte_claims("committed")
+        for ctx, state, rest in claims:
+            if not rest:
+                continue
+            for b in range(256):
+                if pot.advance(state, bytes((b,))) is not None:
+                    assert b in (rest[0], ord("\\")), (ctx, b, rest)
+            y = pot.completion(state)
+            assert y is None or y.startswith(rest), (ctx, y, rest)
+
     def test_next_bytes_hold_every_live_byte(self):
         """A byte potential's ``next_bytes``, where not None, holds every byte b after which
         the state of each (live) context stays alive."""

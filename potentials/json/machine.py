@@ -292,6 +292,24 @@ class Machine:
         per_config = sorted(self._config_moves(node) for node in configs)
         return list(dict.fromkeys(move for moves in per_config for move in moves))
 
+    @staticmethod
+    def committed(configs: frozenset) -> bytes:
+        """The bytes every configuration writes next because the text has begun a literal: the
+        rest of true, false or null; in a string against enum/const literals (a closed
+        object's key names them) with at least one of their characters read, the rests of
+        the candidates with their closing quote. Their common prefix; b"" where some
+        configuration is elsewhere (``JSONSchema.committed``)."""
+        rests = []
+        for node in configs:
+            f = node.frame
+            if f[0] == LIT:
+                rests.append(f[2])
+            elif f[0] == STR and f[7] is not None and f[6] > 0 and f[2] == 0 and f[3] is None:
+                rests.extend(v[f[6]:] + b'"' for v in f[7])
+            else:
+                return b""
+        return _common_prefix(rests) if rests else b""
+
     def _config_moves(self, node: Stack) -> list[bytes]:
         """``completion_moves`` for one configuration."""
         out: dict[bytes, None] = {}
@@ -772,6 +790,15 @@ def remembered(table: dict, key: Any, compute: Callable[[Any], Any], limit: int)
             table.clear()
         got = table[key] = compute(key)
     return got
+
+
+def _common_prefix(chunks: list[bytes]) -> bytes:
+    """The longest byte string every chunk starts with."""
+    first, last = min(chunks), max(chunks)
+    n = 0
+    while n < len(first) and first[n] == last[n]:
+        n += 1
+    return first[:n]
 
 
 def _between_free_characters(f: tuple) -> bool:

@@ -404,6 +404,11 @@ class JSONSchema(BytePotential[JSONState]):
         (uniqueItems, checks at the end), not how far away that bracket is."""
         return remembered(self._completion_keys, state.configs, self.machine.completion_key, MEMO_LIMIT)
 
+    def committed(self, state: JSONState) -> bytes:
+        """The rest of a key or enum/const value the text has begun, with its closing quote,
+        as far as every candidate still agrees (``Machine.committed``); b"" elsewhere."""
+        return self.machine.committed(state.configs)
+
     def completion(self, state: JSONState) -> bytes | None:
         """A y with accepts_state(advance(state, y)), found by a depth-first search over the
         schema's moves (``Machine.completion_moves``: close what is open, write the required

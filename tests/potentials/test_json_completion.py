@@ -78,6 +78,42 @@ def test_no_completion_where_none_is_found():
     assert pot.completion(pot.advance(pot.initial(), b"[5,")) == b"5]"
 
 
+COLORS = {"type": "object", "additionalProperties": False,
+          "properties": {"color": {"enum": ["red", "rose", "blue"]}, "ok": {"type": "boolean"},
+                         "note": {"type": ["null", "string"]}}}
+
+
+@pytest.mark.parametrize("schema, prefix, rest", [
+    # a closed object's key once a character of it is written: the rest and its quote
+    (CLOSED, b'{"a', b'"'),
+    (LONG_KEY, b'{"sports', b'_celebrity.get_major_achievements"'),
+    # not before: which key comes is still a choice
+    (CLOSED, b'{"', b""),
+    (CLOSED, b'{', b""),
+    # an enum value: as far as the candidates left agree
+    (COLORS, b'{"color": "r', b""),
+    (COLORS, b'{"color": "ro', b'se"'),
+    (COLORS, b'{"color": "b', b'lue"'),
+    # true, false, null once begun
+    (COLORS, b'{"ok": t', b"rue"),
+    (COLORS, b'{"ok": fa', b"lse"),
+    (COLORS, b'{"note": n', b"ull"),
+    # a free string, an open object's key, a number: nothing is committed
+    (COLORS, b'{"note": "n', b""),
+    (PERSON, b'{"na', b""),
+    (PERSON, b'{"age": 3', b""),
+])
+def test_committed_is_the_rest_of_a_literal_begun(schema, prefix, rest):
+    pot = JSONSchema(schema)
+    state = pot.advance(pot.initial(), prefix)
+    assert pot.committed(state) == rest
+    # what is committed is written next by every accepted continuation (in a string, or
+    # spelled by an escape), the completion's too
+    assert pot.completion(state).startswith(rest)
+    if rest:
+        assert {b for b in range(256) if pot.advance(state, bytes([b])) is not None} <= {rest[0], ord("\\")}
+
+
 def _cuts(text: bytes) -> list[bytes]:
     return [b""] + [text[: len(text) * k // 4] for k in (1, 2, 3)]
 
