@@ -112,11 +112,27 @@ def strings(vocab_size: int, eos: int, max_len: int):
         yield from itertools.product(symbols, repeat=n)
 
 
-def exact_target(lm: ToyLM, phi_complete: Callable[[tuple[int, ...]], float], max_len: int):
-    """{x: p(x, EOS) * phi(x)} over |x| <= max_len, with EOS forced at max_len (design.md)."""
+def viable_strings(vocab_size: int, eos: int, max_len: int, phi_prefix: Callable[[tuple[int, ...]], float]):
+    """The token tuples of ``strings`` whose every prefix has phi_prefix > -inf (a potential's
+    prefix weight is 0 on every extension of a prefix where it is 0, so no others can count)."""
+    symbols = [a for a in range(vocab_size) if a != eos]
+    stack = [()] if phi_prefix(()) > NEG_INF else []
+    while stack:
+        x = stack.pop()
+        yield x
+        if len(x) < max_len:
+            stack.extend(y for y in (x + (a,) for a in symbols) if phi_prefix(y) > NEG_INF)
+
+
+def exact_target(lm: ToyLM, phi_complete: Callable[[tuple[int, ...]], float], max_len: int,
+                 phi_prefix: Callable[[tuple[int, ...]], float] | None = None):
+    """{x: p(x, EOS) * phi(x)} over |x| <= max_len, with EOS forced at max_len (design.md);
+    with ``phi_prefix``, only over the strings whose prefixes it allows."""
     eos = lm.eos_token_ids[0]
     out = {}
-    for x in strings(len(lm.vocab), eos, max_len):
+    xs = strings(len(lm.vocab), eos, max_len) if phi_prefix is None else \
+        viable_strings(len(lm.vocab), eos, max_len, phi_prefix)
+    for x in xs:
         logp = 0.0
         for k in range(len(x)):
             logp += math.log(lm.probs(x[:k])[x[k]]) if lm.probs(x[:k])[x[k]] > 0 else NEG_INF

@@ -45,6 +45,16 @@ so without the twist it outweighs the particles ahead of it and wins resampling.
 twist psi ~ log E[future local masses | x] ~ -per_byte * m(x) the particles are compared on an
 estimate of their final weight instead of their weight so far; ``per_byte`` is the mean cost
 in nats of one byte of remaining structure (measured on the Ada task: docs/quality.md).
+
+That estimate is off inside a literal a particle has begun (a closed object's key, an
+enum/const value, true/false/null: ``committed(state)`` of the constraint, potentials.contract).
+The model takes a literal's whole cost at its first token (a key it is reluctant to name costs
+about 4 nats there on the Ada task) while the twist returns the literal's price byte by byte, so
+a particle that has just begun a key looks several nats worse than one about to begin it, or
+one past it, and resampling drops it by chance. With ``hold_literals`` the critic's ``holds``
+says so, and the engine never drops such a particle when it resamples (smc.engine.loop: its
+priority is raised to its island's mean, so it keeps one child with its own weight): it is
+compared again once it has written the literal.
 """
 
 from __future__ import annotations
@@ -93,13 +103,16 @@ class BudgetCritic:
         completions: where breadth-first search finds no length, take the length of the
             constraint's own completion (``potential.completion(state)``, where it knows one)
             before searching depth-first; False searches bytes only.
+        hold_literals: protect a particle inside a literal it has begun from being dropped
+            by resampling (``holds``; module docstring). Off by default; ``generate`` turns it
+            on for runs of fewer than ``defaults.HOLD_LITERALS_BELOW`` particles.
 
     Works with ``smc.generate`` (particles of the built-in ConstrainedGeneration program) and a
     byte-level constraint; for other particles, or without a constraint, it returns 0 (no twist).
     """
 
     def __init__(self, rate: float = 1.0, max_nodes: int = MAX_NODES, cache_size: int = 4096,
-                 per_byte: float = 0.0, completions: bool = True):
+                 per_byte: float = 0.0, completions: bool = True, hold_literals: bool = False):
         for name, value in (("rate", rate), ("per_byte", per_byte)):
             if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -109,6 +122,9 @@ class BudgetCritic:
         if not isinstance(completions, bool):
             raise ValueError(f"completions must be True or False, got {completions!r}")
         self.per_byte, self.completions = float(per_byte), completions
+        if not isinstance(hold_literals, bool):
+            raise ValueError(f"hold_literals must be True or False, got {hold_literals!r}")
+        self.hold_literals = hold_literals
         self._cache: OrderedDict[Any, int] = OrderedDict()
         self._gave_up: OrderedDict[Any, None] = OrderedDict()
         self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0, "completions": 0, "gave_up": 0}
@@ -208,6 +224,16 @@ class BudgetCritic:
                 self._cache.move_to_end(k)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
+
+    def holds(self, particle: Any) -> bool:
+        """Is ``particle`` unfinished and inside a literal it has begun (its constraint's
+        ``committed(state)`` not empty), with ``hold_literals`` on? Then a resampling at this
+        step does not drop it (smc.engine.loop)."""
+        potential = getattr(getattr(particle, "sampler", None), "potential", None)
+        if not self.hold_literals or not isinstance(potential, Lifted) or particle.finished:
+            return False
+        state = potential.state(tuple(particle.token_ids()))
+        return state is not None and bool(potential.potential.committed(state))
 
     async def __call__(self, particle: Any) -> float | None:
         sampler = getattr(particle, "sampler", None)

@@ -13,6 +13,16 @@ all particles is then the mean of the K islands' independent estimates of Z, so 
 unbiased, and the weighted particles combine the islands by their estimates. One lineage that
 outgrows the rest can then take over its island only, not the whole population.
 
+A critic may protect particles from being dropped (``critic.holds(particle)``: the budget twist
+protects those inside a literal they have begun, smc.engine.critics). When their island
+resamples, ancestors are drawn by priorities instead of weights: a held particle whose weight
+is below the island's mean priority T / n gets priority T / n (so one child in expectation, and
+exactly one with systematic resampling), the others their weight, T the sum of the priorities;
+a child of a then gets weight (T / n) w_a / prio_a: its ancestor's own weight if that was
+raised, else T / n. Priorities chosen from the current population keep the population properly
+weighted and the mean weight an unbiased estimate of Z (E[sum over the children of w f(x)] =
+sum_i w_i f(x_i) given the population); without held particles this is plain resampling.
+
 Finished particles keep their weight and wait (they take part in resampling); particles of
 weight -inf are not stepped again but stay in the population (resampling removes them). The run
 ends when no live unfinished particle remains, or after ``max_steps`` steps (default
@@ -127,7 +137,8 @@ async def smc(
             where nothing resamples (one particle per island, or ess_threshold 0). Where it
             returns None for a particle (it cannot rate it), no particle of that island is
             twisted at that step: an untwisted particle among twisted ones would be compared
-            on another footing.
+            on another footing. A critic with a ``holds(particle)`` method protects the
+            particles it holds from being dropped by resampling (module docstring).
         max_steps: stop after this many steps (default ``defaults.MAX_STEPS``, 1,000: a program
             whose step never finishes would otherwise run until killed; None: no bound, for a
             program that always finishes). Particles unfinished then count as weight 0, so
@@ -217,8 +228,12 @@ async def run_steps(
                 await step_all([pop[i] for i in live])
                 for i in live:
                     run.banked.extend(pop[i].take_banked())
+                held = np.zeros(n, dtype=bool)
                 if twisting:
                     await _twist(critic, pop, live, islands)
+                    holds = getattr(critic, "holds", None)
+                    if holds is not None:
+                        held[live] = [bool(holds(pop[i])) for i in live]
                 for i in live:
                     pop[i].use_draw(None)
                 lw = np.array([p.weight for p in pop], dtype=float)
@@ -232,7 +247,7 @@ async def run_steps(
                     finished=[p.finished for p in pop],
                     ess=e,
                 )
-                ancestors, means = _resample(lw, islands, ess_threshold, scheme, rng)
+                ancestors, means = _resample(lw, islands, ess_threshold, scheme, rng, held)
                 if ancestors is not None:
                     used: set[int] = set()
                     new = []
@@ -320,23 +335,48 @@ async def aresume_run(
 
 
 def _resample(
-    lw: np.ndarray, islands: np.ndarray, ess_threshold: float, scheme: Any, rng: np.random.Generator
+    lw: np.ndarray, islands: np.ndarray, ess_threshold: float, scheme: Any, rng: np.random.Generator,
+    held: np.ndarray,
 ) -> tuple[np.ndarray | None, list]:
     """Ancestors for the next step (None when no island resamples) and each new particle's
-    weight (its island's mean log weight, or None to keep its own). Island g (a row of
-    ``islands``, particle indices) is resampled when 0 < ESS(lw[g]) < ess_threshold * |g|."""
+    log weight (None to keep its own). Island g (a row of ``islands``, particle indices) is
+    resampled when 0 < ESS(lw[g]) < ess_threshold * |g|: ancestors are drawn with probability
+    proportional to the priorities exp(lp) of ``_protected(lw[g], held[g])``, and a child of a
+    gets mean(exp(lp)) * w_a / exp(lp_a): the island's mean weight, or for a protected
+    ancestor its own weight."""
     ancestors = None
     means: list = [None] * len(lw)
     for g in islands:
         e = compute_ess(lw[g])
         if e > 0 and e < ess_threshold * len(g):
-            total = logsumexp(lw[g])
+            lp, raised = _protected(lw[g], held[g])
+            total = logsumexp(lp)
+            picks = scheme(np.exp(lp - total), len(g), rng)
             if ancestors is None:
                 ancestors = np.arange(len(lw))
-            ancestors[g] = g[scheme(np.exp(lw[g] - total), len(g), rng)]
-            for i in g:
-                means[i] = total - math.log(len(g))
+            ancestors[g] = g[picks]
+            mean = total - math.log(len(g))
+            for i, a in zip(g, picks):
+                means[i] = float(lw[g[a]]) if raised[a] else mean
     return ancestors, means
+
+
+def _protected(lw: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log priorities lp, raised): lp_i = log(T / n) for the held particles whose weight is
+    below T / n, lp_i = lw_i for the others, with T = sum_i exp(lp_i), so that each held
+    particle has an expected number of children of at least 1 (exactly 1, the raised ones).
+    T solves T = U / (1 - |R| / n), U the weight of the particles not raised (R): raising a
+    particle of weight below T / n raises T, so R grows until no held particle is below."""
+    n = len(lw)
+    raised = np.zeros(n, dtype=bool)
+    while True:
+        total = logsumexp(lw[~raised]) - math.log1p(-raised.sum() / n)
+        low = held & ~raised & (lw < total - math.log(n))
+        # all below the mean happens only by rounding, where all are at it: none needs raising
+        if not low.any() or (raised | low).all():
+            break
+        raised |= low
+    return np.where(raised, total - math.log(n), lw), raised
 
 
 async def step_all(particles: list[Model]) -> None:
