@@ -162,7 +162,7 @@ async def one_run(lm: ZeroCostLM, constraint: str, sampler: str, n: int, tokens:
     if sampler == "awrs-ref":
         s.population = False  # the one-particle reference path (the engine before the population step)
     t0 = time.perf_counter()
-    r = await smc(ConstrainedGeneration(s, tokens), n, seed=seed, progress=False, critic=budget_twist(per_byte))
+    r = await smc(ConstrainedGeneration(s, tokens), n, seed=seed, progress=False, critic=budget_twist(per_byte, n))
     wall = time.perf_counter() - t0
     particle_steps = sum(sum(h.active) for h in r.history)
     return dict(

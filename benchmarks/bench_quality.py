@@ -14,12 +14,15 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     unconstrained        one sample with no constraint (budget max_tokens + 32: the model may
                          chat before answering), read as a user would (quality_tasks.parse_answer:
                          outermost {...}, first regex match, first grammar line)
-    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:islands=K][:resampling=NAME]
+    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME]
                          SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
                          grammar tasks), and with ``budget`` the smc.engine.critics.BudgetCritic critic
                          (rate RATE, default 1); ``per_byte=C``: BudgetCritic(rate=RATE,
-                         per_byte=C) (RATE 1 unless ``budget=RATE`` is given too);
+                         per_byte=C) (RATE 1 unless ``budget=RATE`` is given too); ``hold=0``
+                         or ``1``: that critic's hold_literals (default: generate's,
+                         defaults.hold_literals_for(N); alone: the default twist, per_byte =
+                         defaults.PER_BYTE, with hold_literals set);
                          ``islands=K``: smc.generate(islands=K) (default: generate's own default;
                          ``islands=1`` is plain SMC); ``resampling=NAME``:
                          smc.generate(resampling=NAME) (default: generate's own)
@@ -71,6 +74,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import quality_tasks as qt  # noqa: E402
+from smc.core import defaults  # noqa: E402
 from smc.core.defaults import islands_for  # noqa: E402
 
 SAMPLER_NAMES = ("awrs", "direct", "masking")
@@ -80,15 +84,16 @@ DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
 
 
 def parse_method(spec: str) -> dict:
-    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:islands=K][:resampling=NAME]'
-    -> {sampler, whitespace, critic: (rate, per_byte) or None, islands, resampling}."""
+    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME]'
+    -> {sampler, whitespace, critic: (rate, per_byte, hold_literals or None: N's default) or None,
+    islands, resampling}."""
     if spec == "unconstrained":
         return {"sampler": None, "whitespace": None, "critic": None, "islands": None, "resampling": None}
     parts = spec.split(":")
     if parts[0] not in SAMPLER_NAMES:
         raise ValueError(f"unknown method {spec!r}: start with unconstrained, {', '.join(SAMPLER_NAMES)}")
     ws: str | int = "compact"
-    rate, per_byte, islands, resampling = None, None, None, None
+    rate, per_byte, hold, islands, resampling = None, None, None, None, None
     for p in parts[1:]:
         if p in ("compact", "flexible"):
             ws = p
@@ -98,13 +103,19 @@ def parse_method(spec: str) -> dict:
             rate = float(p.partition("=")[2] or 1.0)
         elif p.startswith("per_byte="):
             per_byte = float(p[9:])
+        elif p in ("hold=0", "hold=1"):
+            hold = p == "hold=1"
         elif p.startswith("islands=") and p[8:].isdigit():
             islands = int(p[8:])
         elif p.startswith("resampling="):
             resampling = p[11:]
         else:
             raise ValueError(f"unknown part {p!r} in method {spec!r}")
-    critic = None if rate is None and per_byte is None else (1.0 if rate is None else rate, per_byte or 0.0)
+    critic = None
+    if hold is not None and rate is None and per_byte is None:  # the default twist, hold set
+        rate, per_byte = 1.0, defaults.PER_BYTE
+    if rate is not None or per_byte is not None:
+        critic = (1.0 if rate is None else rate, per_byte or 0.0, hold)
     return {"sampler": parts[0], "whitespace": ws, "critic": critic, "islands": islands,
             "resampling": resampling}
 
@@ -150,8 +161,9 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
     if m["critic"] is not None:
         from smc.engine.critics import BudgetCritic
 
-        rate, per_byte = m["critic"]
-        critic = BudgetCritic(rate=rate, per_byte=per_byte)
+        rate, per_byte, hold = m["critic"]
+        hold = defaults.hold_literals_for(n) if hold is None else hold
+        critic = BudgetCritic(rate=rate, per_byte=per_byte, hold_literals=hold)
     r = smc.generate(task.prompt, constraint_for(task, m["whitespace"]), lm=lm, particles=n,
                      max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
                      ess_threshold=ess_threshold, progress=False, critic=critic, islands=m["islands"],

@@ -166,8 +166,10 @@ def test_method_spec_names_every_setting_it_passes_on():
     import bench_quality
 
     m = bench_quality.parse_method("awrs:flexible:per_byte=0.5:islands=1:resampling=systematic")
-    assert m == {"sampler": "awrs", "whitespace": "flexible", "critic": (1.0, 0.5), "islands": 1,
+    assert m == {"sampler": "awrs", "whitespace": "flexible", "critic": (1.0, 0.5, None), "islands": 1,
                  "resampling": "systematic"}
+    # hold alone: the default twist with its hold set
+    assert bench_quality.parse_method("awrs:flexible:hold=0")["critic"] == (1.0, 0.5, False)
     assert bench_quality.parse_method("masking:flexible")["resampling"] is None  # generate's default
     with pytest.raises(ValueError, match="unknown part 'resample=x'"):
         bench_quality.parse_method("awrs:resample=x")

@@ -105,13 +105,16 @@ def build_program(request: Request, lm: LMBackend, prompt_ids: list[int]) -> Con
 def request_critic(request: Request) -> Critic | None:
     """The critic of ``request``'s SMC or beam run: its own, else the budget twist its
     ``per_byte`` names."""
-    return request.critic if request.critic is not None else budget_twist(request.per_byte)
+    return request.critic if request.critic is not None else budget_twist(request.per_byte, request.particles)
 
 
-def budget_twist(per_byte: float) -> Critic | None:
+def budget_twist(per_byte: float, particles: int) -> Critic | None:
     """The critic a request's ``per_byte`` names: ``BudgetCritic(per_byte=per_byte)`` when it
-    is > 0, else None."""
-    return BudgetCritic(per_byte=per_byte) if per_byte > 0 else None
+    is > 0, protecting begun literals in runs of few particles
+    (``defaults.hold_literals_for``), else None."""
+    if per_byte <= 0:
+        return None
+    return BudgetCritic(per_byte=per_byte, hold_literals=defaults.hold_literals_for(particles))
 
 
 def as_request(prompt: Prompt | Request, constraint: Any, settings: dict[str, Any]) -> Request:
@@ -326,7 +329,7 @@ async def aresume(
     if critic is None:  # a run of a Request had the critic its request names (its budget twist)
         program = read_header(path).get("program")
         if program is not None:  # a checkpoint from before per_byte existed had no such twist
-            critic = budget_twist(program["request"].get("per_byte") or 0.0)
+            critic = budget_twist(program["request"].get("per_byte") or 0.0, program["request"]["particles"])
     result, header = await aresume_run(path, lm=lm, shared=shared, critic=critic, progress=progress,
                                        checkpoint=checkpoint, rebuild=rebuild_program)
     program = header["program"]

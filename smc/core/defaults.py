@@ -55,6 +55,15 @@ LOOKAHEAD = 1.0
 #: (docs/quality.md, "The twist with islands")
 PER_BYTE = 0.5
 
+#: the budget twist protects a particle inside a literal it has begun from being dropped by
+#: resampling (smc.engine.critics.BudgetCritic(hold_literals=True)) in runs of fewer particles
+#: than this. Paired on the same seeds (benchmarks/RESULTS.md, "Never dropping a particle
+#: inside a begun literal"): Ada at N = 4 (40 seeds) accuracy 0.76 -> 0.87, collapsed runs
+#: 3 -> 0; Ada at N = 8 0.88 -> 0.94 (+0.08 [+0.03, +0.13] over masking; 2 runs collapsed, none
+#: before); the 30 JSON tasks at N = 4 and 8 +0.01 and -0.01, log Ẑ level. From 16 (4 islands)
+#: it moved nothing beyond noise (JSON -0.01 [-0.03, +0.01], Ada +0.02, Ada at N = 32 -0.03)
+HOLD_LITERALS_BELOW = 16
+
 #: the search method of a generation
 METHOD = "smc"
 
@@ -95,6 +104,12 @@ MAX_STEPS = 1_000
 #: call under ~20 s there while leaving room for the answers of short outputs (each answer of T
 #: tokens needs at least T + 1 expansions)
 MAX_EXPANSIONS = 256
+
+
+def hold_literals_for(particles: int) -> bool:
+    """Whether the budget twist of an SMC run of ``particles`` protects begun literals:
+    below HOLD_LITERALS_BELOW."""
+    return particles < HOLD_LITERALS_BELOW
 
 
 def islands_for(particles: int) -> int:

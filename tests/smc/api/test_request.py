@@ -258,9 +258,14 @@ def test_the_run_gets_the_budget_twist_its_request_names(monkeypatch, method, ru
         smc.generate("", schema, lm=toy(), particles=4, max_tokens=6, method=method, progress=False, **settings)
     assert isinstance(seen[0], BudgetCritic) and seen[0].per_byte == defaults.PER_BYTE
     assert seen[1] is None and seen[2] is own
+    # it protects begun literals in runs of few particles only (defaults.HOLD_LITERALS_BELOW)
+    assert seen[0].hold_literals is (4 < defaults.HOLD_LITERALS_BELOW)
+    smc.generate("", schema, lm=toy(), particles=defaults.HOLD_LITERALS_BELOW, max_tokens=6, method=method,
+                 progress=False)
+    assert seen[3].hold_literals is False
     if runner == "run_search":
         smc.generate("", schema, lm=toy(), particles=2, max_tokens=6, method="top_k", progress=False)
-        assert seen[3] is None
+        assert seen[4] is None
 
 
 async def test_temperature_zero_falls_back_to_beams_ranked_by_the_twist(monkeypatch):
