@@ -247,16 +247,16 @@ async def run_steps(
                     finished=[p.finished for p in pop],
                     ess=e,
                 )
-                ancestors, means = _resample(lw, islands, ess_threshold, scheme, rng, held)
+                ancestors, weights = _resample(lw, islands, ess_threshold, scheme, rng, held)
                 if ancestors is not None:
                     used: set[int] = set()
                     new = []
                     for a in ancestors:
                         new.append(pop[a].clone() if a in used else pop[a])
                         used.add(int(a))
-                    for p, mean in zip(new, means):
-                        if mean is not None:
-                            p.weight = mean
+                    for p, w in zip(new, weights):
+                        if w is not None:
+                            p.weight = w
                     pop = run.pop = new
                     record["ancestors"] = [int(a) for a in ancestors]
                 history.append(StepRecord(**record))
@@ -342,10 +342,10 @@ def _resample(
     log weight (None to keep its own). Island g (a row of ``islands``, particle indices) is
     resampled when 0 < ESS(lw[g]) < ess_threshold * |g|: ancestors are drawn with probability
     proportional to the priorities exp(lp) of ``_protected(lw[g], held[g])``, and a child of a
-    gets mean(exp(lp)) * w_a / exp(lp_a): the island's mean weight, or for a protected
-    ancestor its own weight."""
+    gets mean(exp(lp)) * w_a / exp(lp_a): the mean priority (the island's mean weight when none
+    is raised), or for a raised ancestor its own weight."""
     ancestors = None
-    means: list = [None] * len(lw)
+    weights: list = [None] * len(lw)
     for g in islands:
         e = compute_ess(lw[g])
         if e > 0 and e < ess_threshold * len(g):
@@ -357,8 +357,8 @@ def _resample(
             ancestors[g] = g[picks]
             mean = total - math.log(len(g))
             for i, a in zip(g, picks):
-                means[i] = float(lw[g[a]]) if raised[a] else mean
-    return ancestors, means
+                weights[i] = float(lw[g[a]]) if raised[a] else mean
+    return ancestors, weights
 
 
 def _protected(lw: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,5 +1,6 @@
 """SMC on the embedded model against the exact Z of a finite language, summed over every
-tokenization: with and without the per-byte twist, E[Ẑ] = Z and E[Ẑ post(s)] = Z pi(s).
+tokenization: with and without the per-byte twist, and with the twist protecting begun
+literals (the texts as a JSON enum), E[Ẑ] = Z and E[Ẑ post(s)] = Z pi(s).
 
 For a finite set of texts L the target is
 
@@ -11,13 +12,14 @@ model's own next-token log-probabilities; the runs share those prefixes, so afte
 they cost no model calls.
 """
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 import smc
-from potentials import Regex
+from potentials import JSONSchema, Regex
 from smc.api.generation import prompt_ids_for
 from smc.engine.critics import BudgetCritic
 
@@ -50,14 +52,10 @@ def tokenizations(vocab: list[bytes], allowed: set[int], text: bytes, most: int)
     return out
 
 
-@pytest.mark.slow
-async def test_smc_matches_the_sum_over_every_tokenization(embedded_lm):
-    lm = embedded_lm
+async def exact_masses(lm, prompt: list[int], texts: dict[str, bytes]) -> dict[str, float]:
+    """{name: sum over tokenizations t of texts[name] (|t| <= MAX_TOKENS) of p(t, EOS | prompt)}."""
     special = set(getattr(lm, "special_token_ids", ()) or ())
     allowed = {i for i, b in enumerate(lm.vocab) if b and i not in special and i not in lm.eos_token_ids}
-    prompt = prompt_ids_for(lm, smc.Request(PROMPT, max_tokens=MAX_TOKENS))
-    eos = lm.eos_token_ids
-    exact: dict[str, float] = {}
     rows: dict[tuple[int, ...], np.ndarray] = {}
 
     async def logprobs(prefix: tuple[int, ...]) -> np.ndarray:
@@ -65,31 +63,60 @@ async def test_smc_matches_the_sum_over_every_tokenization(embedded_lm):
             rows[prefix] = (await lm.next_token_logprobs(list(prompt) + list(prefix))).double().numpy()
         return rows[prefix]
 
-    for s in TEXTS:
+    exact = {}
+    for name, text in texts.items():
         total = 0.0
-        ts = tokenizations(lm.vocab, allowed, s.encode(), MAX_TOKENS)
-        assert ts, s
+        ts = tokenizations(lm.vocab, allowed, text, MAX_TOKENS)
+        assert ts, text
         for t in ts:
             lp = sum([(await logprobs(t[:k]))[t[k]] for k in range(len(t))])
-            end = np.logaddexp.reduce((await logprobs(t))[eos])
+            end = np.logaddexp.reduce((await logprobs(t))[lm.eos_token_ids])
             total += math.exp(lp + end)
-        exact[s] = total
-    z = sum(exact.values())
-    assert len(tokenizations(lm.vocab, allowed, b"Purple", MAX_TOKENS)) > 3  # several spellings
+        exact[name] = total
+    return exact
 
-    constraint = Regex("|".join(TEXTS))
+
+async def check_runs(lm, constraint, critic, exact: dict[str, float]) -> None:
+    """RUNS seeded runs of 4 particles: E[Ẑ] = Z and E[Ẑ post(s)] = Z pi(s) within 3.5 SE."""
+    z = sum(exact.values())
+    zs, mass = [], {s: [] for s in exact}
+    for seed in range(RUNS):
+        r = await smc.agenerate(PROMPT, constraint, lm=lm, particles=4, max_tokens=MAX_TOKENS, seed=seed,
+                                ess_threshold=1.0, critic=critic, lookahead=0, progress=False)
+        zhat = math.exp(r.log_ml) if r.log_ml > -math.inf else 0.0
+        zs.append(zhat)
+        for s in exact:
+            mass[s].append(zhat * r.posterior.get(s, 0.0))
+    zs = np.array(zs)
+    se = zs.std() / math.sqrt(RUNS)
+    assert se > 0 and abs(zs.mean() - z) <= 3.5 * se, (critic, zs.mean(), z, se)
+    for s in exact:
+        v = np.array(mass[s])
+        assert abs(v.mean() - exact[s]) <= 3.5 * v.std() / math.sqrt(RUNS) + 1e-15, (critic, s, v.mean(), exact[s])
+
+
+@pytest.mark.slow
+async def test_smc_matches_the_sum_over_every_tokenization(embedded_lm):
+    lm = embedded_lm
+    prompt = prompt_ids_for(lm, smc.Request(PROMPT, max_tokens=MAX_TOKENS))
+    exact = await exact_masses(lm, prompt, {s: s.encode() for s in TEXTS})
+    special = set(getattr(lm, "special_token_ids", ()) or ())
+    allowed = {i for i, b in enumerate(lm.vocab) if b and i not in special and i not in lm.eos_token_ids}
+    assert len(tokenizations(lm.vocab, allowed, b"Purple", MAX_TOKENS)) > 3  # several spellings
     for critic in (None, BudgetCritic(per_byte=0.5)):
-        zs, mass = [], {s: [] for s in TEXTS}
-        for seed in range(RUNS):
-            r = await smc.agenerate(PROMPT, constraint, lm=lm, particles=4, max_tokens=MAX_TOKENS, seed=seed,
-                                    ess_threshold=1.0, critic=critic, lookahead=0, progress=False)
-            zhat = math.exp(r.log_ml) if r.log_ml > -math.inf else 0.0
-            zs.append(zhat)
-            for s in TEXTS:
-                mass[s].append(zhat * r.posterior.get(s, 0.0))
-        zs = np.array(zs)
-        se = zs.std() / math.sqrt(RUNS)
-        assert se > 0 and abs(zs.mean() - z) <= 3.5 * se, (critic, zs.mean(), z, se)
-        for s in TEXTS:
-            v = np.array(mass[s])
-            assert abs(v.mean() - exact[s]) <= 3.5 * v.std() / math.sqrt(RUNS) + 1e-15, (critic, s, v.mean(), exact[s])
+        await check_runs(lm, Regex("|".join(TEXTS)), critic, exact)
+
+
+@pytest.mark.slow
+async def test_protected_literals_keep_the_sum_over_every_tokenization(embedded_lm):
+    """The same as JSON strings, an enum: inside a begun value ('"Pur') the twist holds the
+    particle, so resampling raises its priority; the target and Ẑ stay exact."""
+    lm = embedded_lm
+    prompt = prompt_ids_for(lm, smc.Request(PROMPT, max_tokens=MAX_TOKENS))
+    exact = await exact_masses(lm, prompt, {json.dumps(s): json.dumps(s).encode() for s in TEXTS})
+    critic = BudgetCritic(per_byte=0.5, hold_literals=True)
+    held = []
+    real = critic.holds
+    critic.holds = lambda p: held.append(real(p)) or held[-1]  # count the particles held
+    await check_runs(lm, JSONSchema({"enum": TEXTS}, whitespace="compact"), critic, exact)
+    assert any(held)
