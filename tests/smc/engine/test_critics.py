@@ -342,10 +342,12 @@ def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sample
     se = zs.std() / math.sqrt(len(zs))
     assert se > 0 and abs(zs.mean() - z) <= 3 * se, (zs.mean(), z, se)
     assert set().union(*mass) <= set(target)
-    # each string of at least 1% of Z on its own, the rarer ones together: a string of 0.15%
-    # is hit in about 2 runs of 1000 (with or without the hold), its mass carried by a rare
-    # heavy weight, and the deviation of so few hits does not bound the error of their mean
-    common = [s for s, want in target.items() if want >= 1e-2 * z]
+    # every string on its own, but on the split toy those under 1% of Z together: two of its
+    # strings hold 0.15% each, hit in about 2 runs of 1000 (with or without the hold: 0.38 and
+    # 0.44 of their mass over 5000 runs, 3-4 of their own standard errors), a heavy weight
+    # carrying their mass, so the deviation of so few hits does not bound the error of the mean
+    floor = 0.0 if toy == "json" else 1e-2
+    common = [s for s, want in target.items() if want >= floor * z]
     rare = set(target) - set(common)
     buckets = [({s}, target[s]) for s in common] + [(rare, sum(target[s] for s in rare))]
     for strings, want in buckets:
