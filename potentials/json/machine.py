@@ -31,6 +31,7 @@ caller (potentials.json.potential) decodes the text from ``start`` to that brack
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import deque
 from typing import Any, Callable
@@ -308,7 +309,7 @@ class Machine:
                 rests.extend(v[f[6]:] + b'"' for v in f[7])
             else:
                 return b""
-        return _common_prefix(rests) if rests else b""
+        return os.path.commonprefix(rests) if rests else b""
 
     def _config_moves(self, node: Stack) -> list[bytes]:
         """``completion_moves`` for one configuration."""
@@ -790,15 +791,6 @@ def remembered(table: dict, key: Any, compute: Callable[[Any], Any], limit: int)
             table.clear()
         got = table[key] = compute(key)
     return got
-
-
-def _common_prefix(chunks: list[bytes]) -> bytes:
-    """The longest byte string every chunk starts with."""
-    first, last = min(chunks), max(chunks)
-    n = 0
-    while n < len(first) and first[n] == last[n]:
-        n += 1
-    return first[:n]
 
 
 def _between_free_characters(f: tuple) -> bool:
