@@ -228,12 +228,8 @@ async def run_steps(
                 await step_all([pop[i] for i in live])
                 for i in live:
                     run.banked.extend(pop[i].take_banked())
-                held = np.zeros(n, dtype=bool)
                 if twisting:
                     await _twist(critic, pop, live, islands)
-                    holds = getattr(critic, "holds", None)
-                    if holds is not None:
-                        held[live] = [bool(holds(pop[i])) for i in live]
                 for i in live:
                     pop[i].use_draw(None)
                 lw = np.array([p.weight for p in pop], dtype=float)
@@ -247,6 +243,12 @@ async def run_steps(
                     finished=[p.finished for p in pop],
                     ess=e,
                 )
+                holds = getattr(critic, "holds", None) if twisting else None
+
+                def held(i: int) -> bool:
+                    """Asked by _resample only where an island resamples (most steps none)."""
+                    return holds is not None and i in live_set and bool(holds(pop[i]))
+
                 ancestors, weights = _resample(lw, islands, ess_threshold, scheme, rng, held)
                 if ancestors is not None:
                     used: set[int] = set()
@@ -336,12 +338,13 @@ async def aresume_run(
 
 def _resample(
     lw: np.ndarray, islands: np.ndarray, ess_threshold: float, scheme: Any, rng: np.random.Generator,
-    held: np.ndarray,
+    held: Callable[[int], bool],
 ) -> tuple[np.ndarray | None, list]:
     """Ancestors for the next step (None when no island resamples) and each new particle's
     log weight (None to keep its own). Island g (a row of ``islands``, particle indices) is
     resampled when 0 < ESS(lw[g]) < ess_threshold * |g|: ancestors are drawn with probability
-    proportional to the priorities exp(lp) of ``_protected(lw[g], held[g])``, and a child of a
+    proportional to the priorities exp(lp) of ``_protected(lw[g], h)``, h = ``held(i)`` for
+    each i in g, and a child of a
     gets mean(exp(lp)) * w_a / exp(lp_a): the mean priority (the island's mean weight when none
     is raised), or for a raised ancestor its own weight."""
     ancestors = None
@@ -349,7 +352,8 @@ def _resample(
     for g in islands:
         e = compute_ess(lw[g])
         if e > 0 and e < ess_threshold * len(g):
-            lp, raised = _protected(lw[g], held[g])
+            h = np.array([held(int(i)) for i in g], dtype=bool)
+            lp, raised = _protected(lw[g], h)
             total = logsumexp(lp)
             picks = scheme(np.exp(lp - total), len(g), rng)
             if ancestors is None:
