@@ -32,10 +32,16 @@ ESS_THRESHOLD = 0.5
 #: tasks, -0.05 [-0.10, -0.00] at N = 8 (docs/quality.md, "The resampling scheme")
 RESAMPLING = "systematic"
 
-#: independent islands from 16 particles on (a multiple of 4): on 30 JSON tasks x 2 seeds at
-#: N = 16, 4 islands finished all 60 runs (one population: 58) with accuracy 0.71 against 0.70
-ISLANDS_FROM = 16
+#: independent islands of at least ISLAND_SIZE particles, at most ISLANDS of them (``islands_for``:
+#: 2 at N = 16, 4 from 32), one population below 16. Islands keep a runaway lineage inside one:
+#: on 30 JSON tasks x 2 seeds at N = 16, 4 islands finished all 60 runs (one population: 58).
+#: Islands of 4 were smaller than they need be: at N = 16 with begun literals protected, 2
+#: islands of 8 against the 4 of 4 before (benchmarks/RESULTS.md, "Two islands of 8 at N = 16"):
+#: Ada (40 seeds) 0.87 -> 0.92, +0.06 [+0.01, +0.10] over masking; the 30 JSON tasks (120 runs)
+#: 0.68 -> 0.70, +0.05 [+0.02, +0.08] over masking; one population there: Ada 0.92, JSON 0.69
+#: with one collapsed run
 ISLANDS = 4
+ISLAND_SIZE = 8
 
 #: share of the EOS mass banked wherever the text could end: off by default (it adds samples
 #: and a completion check per particle and step)
@@ -58,11 +64,12 @@ PER_BYTE = 0.5
 #: the budget twist protects a particle inside a literal it has begun from being dropped by
 #: resampling (smc.engine.critics.BudgetCritic(hold_literals=True)) in runs of fewer particles
 #: than this. Paired on the same seeds (benchmarks/RESULTS.md, "Never dropping a particle
-#: inside a begun literal"): Ada at N = 4 (40 seeds) accuracy 0.76 -> 0.87, collapsed runs
-#: 3 -> 0; Ada at N = 8 0.88 -> 0.94 (+0.08 [+0.03, +0.13] over masking; 2 runs collapsed, none
-#: before); the 30 JSON tasks at N = 4 and 8 +0.01 and -0.01, log Ẑ level. From 16 (4 islands)
-#: it moved nothing beyond noise (JSON -0.01 [-0.03, +0.01], Ada +0.02, Ada at N = 32 -0.03)
-HOLD_LITERALS_BELOW = 16
+#: inside a begun literal" and "Two islands of 8 at N = 16"): Ada at N = 4 (40 seeds) accuracy
+#: 0.76 -> 0.87, collapsed runs 3 -> 0; Ada at N = 8 0.88 -> 0.94 (+0.08 [+0.03, +0.13] over
+#: masking; 2 runs collapsed, none before); Ada at N = 16 in 2 islands 0.90 -> 0.92; the 30 JSON
+#: tasks at N = 4 and 8 +0.01 and -0.01, log Ẑ level. At N = 32 (4 islands of 8) it moved
+#: nothing beyond noise (Ada -0.03 [-0.11, +0.04], 20 seeds)
+HOLD_LITERALS_BELOW = 32
 
 #: the search method of a generation
 METHOD = "smc"
@@ -113,6 +120,7 @@ def hold_literals_for(particles: int) -> bool:
 
 
 def islands_for(particles: int) -> int:
-    """The islands of an SMC run when none are given: ISLANDS when N is a multiple of it and at
-    least ISLANDS_FROM, else 1 (one population)."""
-    return ISLANDS if particles % ISLANDS == 0 and particles >= ISLANDS_FROM else 1
+    """The islands of an SMC run when none are given: max{K <= ISLANDS : K | N, N / K >=
+    ISLAND_SIZE}, else 1 (one population)."""
+    return max((k for k in range(2, ISLANDS + 1) if particles % k == 0 and particles // k >= ISLAND_SIZE),
+               default=1)

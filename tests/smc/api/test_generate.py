@@ -168,20 +168,20 @@ async def test_concurrent_runs_match_sequential_and_survive_cancellation():
 
 
 def test_default_islands_and_their_use():
-    """generate's default: 4 islands from 16 particles (multiples of 4), plain SMC below; the
-    run keeps every resampled lineage inside its island; islands=1 is plain SMC."""
+    """generate's default: islands of at least 8 particles, at most 4 of them, plain SMC below
+    16; the run keeps every resampled lineage inside its island; islands=1 is plain SMC."""
     from smc.core.defaults import islands_for
 
-    assert [islands_for(n) for n in (1, 4, 8, 12, 16, 18, 20, 64)] == [1, 1, 1, 1, 4, 1, 4, 4]
+    assert [islands_for(n) for n in (1, 4, 8, 12, 15, 16, 17, 18, 24, 32, 64)] == [1, 1, 1, 1, 1, 2, 1, 2, 3, 4, 4]
     kw = dict(lm=toy(), particles=16, max_tokens=6, ess_threshold=1.0, seed=5)
     r = smc.generate("", Regex(r"[12a-]*"), **kw)
     assert r.stats["particles"] == 16
     events = [h.ancestors for h in r.history if h.ancestors is not None]
-    assert events and all(a // 4 == k // 4 for anc in events for k, a in enumerate(anc))
-    explicit = smc.generate("", Regex(r"[12a-]*"), islands=4, **kw)
+    assert events and all(a // 8 == k // 8 for anc in events for k, a in enumerate(anc))
+    explicit = smc.generate("", Regex(r"[12a-]*"), islands=2, **kw)
     assert [s.token_ids for s in explicit.samples] == [s.token_ids for s in r.samples]
     plain = smc.generate("", Regex(r"[12a-]*"), islands=1, **kw)
-    assert any(a // 4 != k // 4 for h in plain.history if h.ancestors is not None
+    assert any(a // 8 != k // 8 for h in plain.history if h.ancestors is not None
                for k, a in enumerate(h.ancestors))
 
 

@@ -20,7 +20,7 @@ def test_defaults_are_resolved_once_from_the_defaults_module():
         defaults.PARTICLES, defaults.MAX_TOKENS, defaults.SEED, defaults.SAMPLER)
     assert (r.ess_threshold, r.resampling, r.finish_share) == (
         defaults.ESS_THRESHOLD, defaults.RESAMPLING, defaults.FINISH_SHARE)
-    assert r.islands == defaults.islands_for(defaults.PARTICLES) == 4
+    assert r.islands == defaults.islands_for(defaults.PARTICLES) == 2
     assert r.lookahead == defaults.LOOKAHEAD  # a byte-level constraint in an SMC run
     assert Request("hi").lookahead == 0.0 and Request("hi", particles=8).islands == 1
     assert Request("hi", Regex("a"), method="beam").lookahead == 0.0
@@ -32,7 +32,7 @@ def test_a_request_is_frozen_and_replace_validates_again():
     r = Request("hi", particles=8)
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.particles = 4
-    assert r.replace(particles=16).islands == 4  # a default is resolved again
+    assert r.replace(particles=32).islands == 4  # a default is resolved again
     assert r.replace(islands=2).replace(particles=16).islands == 2  # a given value is kept
     with pytest.raises(smc.InvalidArgument, match="islands=3 must divide particles=8"):
         r.replace(islands=3)
@@ -210,7 +210,7 @@ def test_per_byte_twist_is_on_for_an_smc_or_beam_run_under_a_json_schema():
     re-resolved on replace when it was the default, and refused where it cannot act."""
     schema = JSONSchema({"type": "object"})
     assert Request("hi", schema, particles=8).per_byte == defaults.PER_BYTE
-    assert Request("hi", schema, particles=16).islands == 4
+    assert Request("hi", schema, particles=16).islands == 2
     assert Request("hi", schema, particles=16).per_byte == defaults.PER_BYTE
     assert Request("hi", schema, particles=16, islands=1).per_byte == defaults.PER_BYTE
     assert Request("hi", Regex("a+"), particles=8).per_byte == 0.0
