@@ -67,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int, default=None, help=f"default {defaults.MAX_TOKENS}")
     g.add_argument("--seed", type=int, default=None, help=f"default {defaults.SEED}")
     g.add_argument("--islands", type=int, default=None,
-                   help="independent SMC islands, a divisor of --particles (default: 4 from 16 "
-                        "particles on, else 1; 1 is one population)")
+                   help="independent SMC islands, a divisor of --particles (default: islands of "
+                        f"at least {defaults.ISLAND_SIZE} particles, at most {defaults.ISLANDS}; "
+                        "1 is one population)")
     g.add_argument("--finish-share", type=float, default=None,
                    help="bank this share of the EOS mass wherever the text could end (0 <= S < 1; "
                         "every complete text the particles pass becomes a sample)")
