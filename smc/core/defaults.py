@@ -68,7 +68,7 @@ PER_BYTE = 0.5
 #: 0.76 -> 0.87, collapsed runs 3 -> 0; Ada at N = 8 0.88 -> 0.94 (+0.08 [+0.03, +0.13] over
 #: masking; 2 runs collapsed, none before); Ada at N = 16 in 2 islands 0.90 -> 0.92; the 30 JSON
 #: tasks at N = 4 and 8 +0.01 and -0.01, log Ẑ level. At N = 32 (4 islands of 8) it moved
-#: nothing beyond noise (Ada -0.03 [-0.11, +0.04], 20 seeds)
+#: nothing beyond noise (Ada -0.03 [-0.11, +0.04], 20 seeds; JSON -0.01 [-0.04, +0.01], 60 runs)
 HOLD_LITERALS_BELOW = 32
 
 #: the search method of a generation
