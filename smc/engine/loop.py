@@ -204,6 +204,7 @@ async def run_steps(
     # a twist acts only through resampling, which never happens with ess_threshold 0 and keeps
     # an island of one particle as it is: then the critic is not called (its searches cost time)
     twisting = critic is not None and islands.shape[1] > 1 and ess_threshold > 0
+    holds = getattr(critic, "holds", None) if twisting else None
     rng, pop, history = run.rng, run.pop, run.history
     bar = None
     if progress is not False:
@@ -243,7 +244,6 @@ async def run_steps(
                     finished=[p.finished for p in pop],
                     ess=e,
                 )
-                holds = getattr(critic, "holds", None) if twisting else None
 
                 def held(i: int) -> bool:
                     """Asked by _resample only where an island resamples (most steps none)."""
@@ -344,9 +344,8 @@ def _resample(
     log weight (None to keep its own). Island g (a row of ``islands``, particle indices) is
     resampled when 0 < ESS(lw[g]) < ess_threshold * |g|: ancestors are drawn with probability
     proportional to the priorities exp(lp) of ``_protected(lw[g], h)``, h = ``held(i)`` for
-    each i in g, and a child of a
-    gets mean(exp(lp)) * w_a / exp(lp_a): the mean priority (the island's mean weight when none
-    is raised), or for a raised ancestor its own weight."""
+    each i in g, and a child of a gets mean(exp(lp)) * w_a / exp(lp_a): the mean priority (the
+    island's mean weight when none is raised), or for a raised ancestor its own weight."""
     ancestors = None
     weights: list = [None] * len(lw)
     for g in islands:
