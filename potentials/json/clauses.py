@@ -38,6 +38,7 @@ from potentials.json.drafts import (
     draft_of,
     view,
 )
+from potentials.json import formats as json_formats
 from potentials.json import patterns as json_patterns
 from potentials.json.patterns import maybe_search
 
@@ -336,6 +337,10 @@ class Clause:
                     hi = min(hi, int(s["maxLength"]))
                 if isinstance(s.get("pattern"), str):
                     dfa = self.schemas.search_dfa(s["pattern"])
+                    if dfa is not None:
+                        dfas.append(dfa)
+                if isinstance(s.get("format"), str):
+                    dfa = self.schemas.format_dfa(m, s["format"])
                     if dfa is not None:
                         dfas.append(dfa)
         if lo > hi or any(d.is_empty for d in dfas):
@@ -814,6 +819,13 @@ class Schemas:
     def search_dfa(pattern: str) -> Any:
         """Byte DFA of ``re.search(pattern, s)``, or None when it is not regular here."""
         return _search_dfa(pattern)
+
+    def format_dfa(self, m: Node, fmt: str) -> Any:
+        """Byte DFA of a regular superset of the strings member ``m``'s validator accepts as
+        ``fmt`` (potentials.json.formats), or None when there is none."""
+        validator = self._validator(m.draft)
+        checker = getattr(validator, "format_checker", None)
+        return None if checker is None else json_formats.format_dfa(checker, fmt)
 
     def member_accepts(self, m: Any, value: Any) -> bool:
         key = (m, json_type(value), repr(value))

@@ -1,0 +1,120 @@
+"""Regular supersets of string formats, enforced while a string is written.
+
+For a format f that has an automaton here under format checker C, and any string s,
+
+    C.conforms(s, f)  =>  s.encode() in L(format_dfa(C, f))
+
+so the automaton never rejects a string the checker accepts, and the checker itself still runs
+when the string closes (``Clause.needs_check``). What it adds: a string that leaves the superset
+stops at its first wrong character, instead of writing on until ``max_tokens`` (a date-time with
+a stray letter can never close, but without the automaton every continuation looks allowed).
+
+Each superset is read off the code of the checker jsonschema registers for the format (with its
+``format-nongpl`` extra), and holds only for that function; a format whose checker is another
+(a user's, a different library's) gets no automaton and is checked only when it closes:
+
+=================  ==================================================  =======================
+format             the checker accepts s when                          superset
+=================  ==================================================  =======================
+date               ``\\d{4}-\\d{2}-\\d{2}`` fullmatches (``re.ASCII``)   that, year not 0,
+                   and ``date.fromisoformat(s)`` returns               month 01-12, day 01-31
+date-time          rfc3339-validator's regex ``.match``\\es s.upper()    the date's, ``T t``,
+                   (``re.ASCII``; ``$`` also before a final newline),  its time, ``Z z``; a
+                   the year is not 0, the day exists in its month      final newline allowed
+time               date-time accepts ``"1970-01-01T" + s``             the time part of that
+ipv4               ``ipaddress.IPv4Address(s)``: four ``.``-separated   octets 0-255, leading
+                   ASCII decimal octets 0-255, no leading zero          zeros allowed
+uri,               rfc3986-validator's compiled regex ``.match``\\es s   that regex, read at
+uri-reference                                                          run time, then ``\\n?``
+=================  ==================================================  =======================
+
+``s.upper()`` maps no character but ``t`` and ``z`` onto the date-time regex's alphabet
+(tests/potentials/test_json_formats.py checks every code point), and ``$`` in a ``re.match``
+also matches before a final newline, hence the optional ``\\n``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from typing import Any
+
+from potentials.regex.automaton import ByteDFA, compile_regex
+
+_YEAR = "(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_MONTH = "(?:0[1-9]|1[0-2])"
+_DAY = "(?:0[1-9]|[12][0-9]|3[01])"
+_TIME = ("(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?"
+         "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
+
+#: format -> (the name of the jsonschema checker function the superset was read from, the name
+#: in that function's module of the library function it relies on (or None), the superset
+#: pattern with its re flags (None: the library's own regex, ``_RFC3986``))
+_SUPERSETS: dict[str, tuple[str, str | None, tuple[str, int] | None]] = {
+    "date": ("is_date", None, (f"{_YEAR}-{_MONTH}-{_DAY}", 0)),
+    "date-time": ("is_datetime", "validate_rfc3339",
+                  (f"{_YEAR}-{_MONTH}-{_DAY}[Tt]{_TIME}\\n?", 0)),
+    "time": ("is_time", "validate_rfc3339", (f"{_TIME}\\n?", 0)),
+    "ipv4": ("is_ipv4", None, (f"(?:{_OCTET}\\.){{3}}{_OCTET}", 0)),
+    "uri": ("is_uri", "validate_rfc3986", None),
+    "uri-reference": ("is_uri_reference", "validate_rfc3986", None),
+}
+
+#: the library functions the supersets were read from, by the name jsonschema imports them as
+_LIBRARY = {
+    "validate_rfc3339": ("rfc3339_validator", "validate_rfc3339"),
+    "validate_rfc3986": ("rfc3986_validator", "validate_rfc3986"),
+}
+
+#: rfc3986-validator's compiled regex for each format
+_RFC3986 = {"uri": "URI_RE_COMP", "uri-reference": "URI_REF_RE_COMP"}
+
+
+def format_superset(checker: Any, fmt: str) -> tuple[str, int] | None:
+    """The superset pattern (fullmatch) and its flags for ``fmt`` under ``checker`` (a
+    jsonschema FormatChecker), or None when the checker's function is not the one the
+    superset was read from."""
+    entry = _SUPERSETS.get(fmt)
+    checks = getattr(checker, "checkers", {}).get(fmt)
+    if entry is None or checks is None:
+        return None
+    name, calls, pattern = entry
+    func = checks[0]
+    if getattr(func, "__module__", None) != "jsonschema._format" or func.__name__ != name:
+        return None
+    if calls is not None:
+        # the function jsonschema's module calls under that name is the library's own
+        module, attr = _LIBRARY[calls]
+        library = _import(module)
+        if library is None or func.__globals__.get(calls) is not getattr(library, attr, None):
+            return None
+    if pattern is not None:
+        return pattern
+    library = _import("rfc3986_validator")
+    compiled = getattr(library, _RFC3986[fmt], None)
+    if not isinstance(compiled, re.Pattern):
+        return None
+    # the trailing newline is whitespace under re.VERBOSE: it ends a comment on the last line
+    return f"(?:{compiled.pattern}\n)\\n?", compiled.flags
+
+
+def format_dfa(checker: Any, fmt: str) -> ByteDFA | None:
+    """The automaton of ``format_superset(checker, fmt)``, or None."""
+    got = format_superset(checker, fmt)
+    return None if got is None else _compiled(*got)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(pattern: str, flags: int) -> ByteDFA:
+    # one automaton per pattern for every schema: its lazily filled transitions and the string
+    # masks lifted from them are shared, as for schema patterns (clauses._search_dfa)
+    return compile_regex(pattern, flags)
+
+
+def _import(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
