@@ -4,6 +4,7 @@
     clauses.py     a schema compiled into the clauses the machine checks while generating
     drafts.py      what differs between drafts: keywords, vocabularies, validators
     patterns.py    ECMA-262 ``pattern``s and ``format``s, searched with a time limit
+    formats.py     regular supersets of common ``format``s, enforced while a string is written
     potential.py   the ``JSONSchema`` potential: the machine, and ``jsonschema``'s validator on
                    every finished text
 """

@@ -10,7 +10,9 @@ stops at its first wrong character, instead of writing on until ``max_tokens`` (
 a stray letter can never close, but without the automaton every continuation looks allowed).
 
 Each superset is read off the code of the checker jsonschema registers for the format (with its
-``format-nongpl`` extra), and holds only for that function; a format whose checker is another
+``format-nongpl`` extra; ``date`` as checked since jsonschema's fix for Python 3.11's wider
+``date.fromisoformat``, python-jsonschema/jsonschema#1076, older than the 4.23 this package
+requires), and holds only for that function; a format whose checker is another
 (a user's, a different library's) gets no automaton and is checked only when it closes:
 
 =================  ==================================================  =======================
@@ -96,8 +98,9 @@ def format_superset(checker: Any, fmt: str) -> tuple[str, int] | None:
     compiled = getattr(library, _RFC3986[fmt], None)
     if not isinstance(compiled, re.Pattern):
         return None
-    # the trailing newline is whitespace under re.VERBOSE: it ends a comment on the last line
-    return f"(?:{compiled.pattern}\n)\\n?", compiled.flags
+    # under re.VERBOSE a comment may end the pattern: a newline (whitespace there) closes it
+    body = compiled.pattern + ("\n" if compiled.flags & re.VERBOSE else "")
+    return f"(?:{body})\\n?", compiled.flags
 
 
 def format_dfa(checker: Any, fmt: str) -> ByteDFA | None:
