@@ -28,6 +28,10 @@ ipv4               ``ipaddress.IPv4Address(s)``: four ``.``-separated   octets 0
                    ASCII decimal octets 0-255, no leading zero          zeros allowed
 uri,               rfc3986-validator's compiled regex ``.match``\\es s   that regex, read at
 uri-reference                                                          run time, then ``\\n?``
+uuid               ``uuid.UUID(s)`` (``urn:`` and ``uuid:`` removed,    ``-`` at 8, 13, 18 and
+                   ``{}`` stripped, ``-`` removed, then 32 characters   23, every character one
+                   ``int(h, 16)`` reads) and ``-`` at 8, 13, 18, 23     ``int`` or the removals
+                                                                       admit (any length)
 =================  ==================================================  =======================
 
 ``s.upper()`` maps no character but ``t`` and ``z`` onto the date-time regex's alphabet
@@ -50,6 +54,9 @@ _DAY = "(?:0[1-9]|[12][0-9]|3[01])"
 _TIME = ("(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?"
          "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
+# a character of a string uuid.UUID reads: one int(h, 16) accepts (a hex or any Unicode decimal
+# digit, whitespace, a sign, an underscore, the x of 0x) or one UUID removes (urn:, uuid:, {}, -)
+_UUID_CHAR = "[\\da-fA-F\\s+_xXurni:{}\\-]"
 
 #: format -> (the name of the jsonschema checker function the superset was read from, the name
 #: in that function's module of the library function it relies on (or None), the superset
@@ -60,6 +67,9 @@ _SUPERSETS: dict[str, tuple[str, str | None, tuple[str, int] | None]] = {
                   (f"{_YEAR}-{_MONTH}-{_DAY}[Tt]{_TIME}\\n?", 0)),
     "time": ("is_time", "validate_rfc3339", (f"{_TIME}\\n?", 0)),
     "ipv4": ("is_ipv4", None, (f"(?:{_OCTET}\\.){{3}}{_OCTET}", 0)),
+    "uuid": ("is_uuid", None,
+             (f"{_UUID_CHAR}{{8}}-{_UUID_CHAR}{{4}}-{_UUID_CHAR}{{4}}-{_UUID_CHAR}{{4}}-"
+              f"{_UUID_CHAR}*", 0)),
     "uri": ("is_uri", "validate_rfc3986", None),
     "uri-reference": ("is_uri_reference", "validate_rfc3986", None),
 }

@@ -17,7 +17,7 @@ from potentials.testing import MaskKeyContract
 from tests.potentials.test_json_conformance import DRAFT, check_instance
 
 CHECKER = Draft202012Validator.FORMAT_CHECKER
-ENFORCED = ("date", "date-time", "time", "ipv4", "uri", "uri-reference")
+ENFORCED = ("date", "date-time", "time", "ipv4", "uri", "uri-reference", "uuid")
 # characters a mutation writes: each format's own, their other cases, near misses (a
 # non-ASCII digit, a full-width colon, a dotless i), and what a runaway string writes
 NOISE = "0123456789-:.+TtZzSsWw /?#@[]%\n\t\"é\u0663\uff1a\u0131x"
@@ -42,6 +42,16 @@ def _ipv4(rng: random.Random) -> str:
                     for _ in range(4))
 
 
+def _uuid(rng: random.Random) -> str:
+    h = "".join(rng.choice("0123456789abcdefABCDEF") for _ in range(32))
+    s = "-".join([h[:8], h[8:12], h[12:16], h[16:20], h[20:]])
+    s = rng.choice(["", "urn:", "uuid:", "urn:uuid:", "{"]) * (rng.random() < 0.2) + s
+    if rng.random() < 0.2:  # what int(h, 16) reads besides hex digits
+        i = rng.randrange(24, len(s))
+        s = s[:i] + rng.choice(["\u0663", "_", " ", "-", "urn:"]) + s[i + 1:]
+    return s + rng.choice(["", "}", " ", "\u2003"]) * (rng.random() < 0.2)
+
+
 URIS = ["http://example.com/a/b?x=1&y=%20#f", "mailto:a@b.co", "urn:isbn:0451450523", "//host/p",
         "rel/path", "a:", "http://[::1]:8080/", "https://u:p@h.io:/x;y=z", "file:///etc/hosts",
         "http://192.168.0.1/", "#frag", "?q", "", "http://[v7.x]/", "ftp://a.b/%7e~"]
@@ -51,6 +61,7 @@ BASES = {
     "date-time": lambda rng: _date(rng) + rng.choice("Tt") + _time(rng),
     "time": _time,
     "ipv4": _ipv4,
+    "uuid": _uuid,
     "uri": lambda rng: rng.choice(URIS),
     "uri-reference": lambda rng: rng.choice(URIS),
 }
@@ -97,6 +108,23 @@ def test_upper_maps_only_t_and_z_onto_the_date_time_alphabet():
     assert "2024-01-02t03:04:05z".upper() == "2024-01-02T03:04:05Z"
 
 
+def test_every_character_int_reads_in_base_16_is_a_uuid_character():
+    """uuid.UUID(s) ends in int(h, 16): every code point int accepts there (Unicode digits,
+    whitespace, signs, underscores) is in the automaton's character class."""
+    def reads(text: str) -> bool:
+        try:
+            int(text, 16)
+        except ValueError:
+            return False
+        return True
+
+    dfa = format_dfa(CHECKER, "uuid")
+    read = [c for c in map(chr, range(sys.maxunicode + 1)) if reads(f"1{c}1") or reads(f"{c}1")]
+    assert len(read) > 600  # the Unicode decimal digits among them
+    tail = "-0000-0000-0000-000000000000"
+    assert [c for c in read if not dfa.fullmatch(f"0000000{c}{tail}".encode())] == []
+
+
 def test_format_examples_are_in_their_automata():
     for fmt in ENFORCED:
         example = FORMAT_EXAMPLES[fmt]
@@ -126,6 +154,8 @@ async def _alive(pot, text: str) -> bool:
     ("ipv4", '"10.0.0.255"', '"10.0.0.256'),
     ("uri", '"https://a.b/c?d#e"', '"https://a.b/c d'),
     ("uri-reference", '"../x/y"', '"../x y'),
+    ("uuid", '"123e4567-e89b-12d3-a456-426614174000"', '"123456789'),
+    ("uuid", '"123E4567-E89B-12D3-A456-42661417400', '"john'),
 ])
 def test_a_string_stops_at_its_first_character_outside_the_format(fmt, good, bad):
     pot = JSONSchema({"type": "string", "format": fmt})
