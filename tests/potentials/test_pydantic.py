@@ -178,7 +178,9 @@ def test_parse():
     with pytest.raises(ValueError, match="compact.*from byte 5 on"):
         JSONSchema(Point, whitespace="compact").parse('{"x": 2, "y": "a"}')
     assert JSONSchema(Point).parse('{"x": 2, "y": "a"}').x == 2  # flexible whitespace by default
-    with pytest.raises(ValueError, match="from byte 11 on"):
+    with pytest.raises(ValueError, match="from byte 11 on"):  # no such day: the closing quote
+        JSONSchema({"type": "string", "format": "date"}).parse('"2023-02-29"')
+    with pytest.raises(ValueError, match="from byte 7 on"):  # no month 13: the date's shape
         JSONSchema({"type": "string", "format": "date"}).parse('"2024-13-99"')
     with pytest.raises(ValueError, match="its last value is not valid under the schema: b'15'"):
         JSONSchema({"type": "integer", "maximum": 9}).parse("15")  # a number ends at the end
