@@ -28,15 +28,21 @@ ipv4               ``ipaddress.IPv4Address(s)``: four ``.``-separated   octets 0
                    ASCII decimal octets 0-255, no leading zero          zeros allowed
 uri,               rfc3986-validator's compiled regex ``.match``\\es s   that regex, read at
 uri-reference                                                          run time, then ``\\n?``
+hostname           fqdn's ``FQDN(s, min_labels=1).is_valid``:           labels of 1-63 such
+                   s.lower() at most 253 long (254 with a final dot),   characters, no ``-``
+                   ``.match``\\ed by labels of ``-``, ``A-Z``, ``\\d``  at either end, a final
+                   under ``re.IGNORECASE`` (``\\d``: Unicode digits)    dot and newline
 uuid               ``uuid.UUID(s)`` (``urn:`` and ``uuid:`` removed,    ``-`` at 8, 13, 18 and
                    ``{}`` stripped, ``-`` removed, then 32 characters   23, every character one
                    ``int(h, 16)`` reads) and ``-`` at 8, 13, 18, 23     ``int`` or the removals
                                                                        admit (any length)
 =================  ==================================================  =======================
 
-``s.upper()`` maps no character but ``t`` and ``z`` onto the date-time regex's alphabet
-(tests/potentials/test_json_formats.py checks every code point), and ``$`` in a ``re.match``
-also matches before a final newline, hence the optional ``\\n``.
+``s.upper()`` maps no character but ``t`` and ``z`` onto the date-time regex's alphabet, and a
+hostname character is one whose ``lower()`` is one character that ``[-A-Z\\d]`` matches under
+``re.IGNORECASE``: ASCII letters and ``-``, the Unicode digits, ``ı``, ``ſ`` and the Kelvin sign
+(tests/potentials/test_json_formats.py checks every code point for both). ``$`` in a
+``re.match`` also matches before a final newline, hence the optional ``\\n``.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ _DAY = "(?:0[1-9]|[12][0-9]|3[01])"
 _TIME = ("(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?"
          "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
+# a hostname label's character other than "-"
+_LABEL_CHAR = "[\\dA-Za-z\\u0131\\u017f\\u212a]"
+_LABEL = f"{_LABEL_CHAR}(?:[\\dA-Za-z\\u0131\\u017f\\u212a-]{{0,61}}{_LABEL_CHAR})?"
 # a character of a string uuid.UUID reads: one int(h, 16) accepts (a hex or any Unicode decimal
 # digit, whitespace, a sign, an underscore, the x of 0x) or one UUID removes (urn:, uuid:, {}, -)
 _UUID_CHAR = "[\\da-fA-F\\s+_xXurni:{}\\-]"
@@ -67,6 +76,7 @@ _SUPERSETS: dict[str, tuple[str, str | None, tuple[str, int] | None]] = {
                   (f"{_YEAR}-{_MONTH}-{_DAY}[Tt]{_TIME}\\n?", 0)),
     "time": ("is_time", "validate_rfc3339", (f"{_TIME}\\n?", 0)),
     "ipv4": ("is_ipv4", None, (f"(?:{_OCTET}\\.){{3}}{_OCTET}", 0)),
+    "hostname": ("is_host_name", "FQDN", (f"(?:{_LABEL}\\.)*{_LABEL}\\.?\\n?", 0)),
     "uuid": ("is_uuid", None,
              (f"{_UUID_CHAR}{{8}}-{_UUID_CHAR}{{4}}-{_UUID_CHAR}{{4}}-{_UUID_CHAR}{{4}}-"
               f"{_UUID_CHAR}*", 0)),
@@ -76,6 +86,7 @@ _SUPERSETS: dict[str, tuple[str, str | None, tuple[str, int] | None]] = {
 
 #: the library functions the supersets were read from, by the name jsonschema imports them as
 _LIBRARY = {
+    "FQDN": ("fqdn", "FQDN"),
     "validate_rfc3339": ("rfc3339_validator", "validate_rfc3339"),
     "validate_rfc3986": ("rfc3986_validator", "validate_rfc3986"),
 }

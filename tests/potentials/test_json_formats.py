@@ -17,7 +17,7 @@ from potentials.testing import MaskKeyContract
 from tests.potentials.test_json_conformance import DRAFT, check_instance
 
 CHECKER = Draft202012Validator.FORMAT_CHECKER
-ENFORCED = ("date", "date-time", "time", "ipv4", "uri", "uri-reference", "uuid")
+ENFORCED = ("date", "date-time", "time", "ipv4", "uri", "uri-reference", "uuid", "hostname")
 # characters a mutation writes: each format's own, their other cases, near misses (a
 # non-ASCII digit, a full-width colon, a dotless i), and what a runaway string writes
 NOISE = "0123456789-:.+TtZzSsWw /?#@[]%\n\t\"é\u0663\uff1a\u0131x"
@@ -52,6 +52,14 @@ def _uuid(rng: random.Random) -> str:
     return s + rng.choice(["", "}", " ", "\u2003"]) * (rng.random() < 0.2)
 
 
+def _hostname(rng: random.Random) -> str:
+    def label() -> str:
+        n = rng.choice([1, 2, 5, 12, 62, 63, 64])
+        return "".join(rng.choice("abcXYZ09-\u0663\u0131\u212a") for _ in range(n))
+    name = ".".join(label() for _ in range(rng.choice([1, 2, 3, 5])))
+    return name + "." * (rng.random() < 0.2)
+
+
 URIS = ["http://example.com/a/b?x=1&y=%20#f", "mailto:a@b.co", "urn:isbn:0451450523", "//host/p",
         "rel/path", "a:", "http://[::1]:8080/", "https://u:p@h.io:/x;y=z", "file:///etc/hosts",
         "http://192.168.0.1/", "#frag", "?q", "", "http://[v7.x]/", "ftp://a.b/%7e~"]
@@ -62,6 +70,7 @@ BASES = {
     "time": _time,
     "ipv4": _ipv4,
     "uuid": _uuid,
+    "hostname": _hostname,
     "uri": lambda rng: rng.choice(URIS),
     "uri-reference": lambda rng: rng.choice(URIS),
 }
@@ -125,6 +134,17 @@ def test_every_character_int_reads_in_base_16_is_a_uuid_character():
     assert [c for c in read if not dfa.fullmatch(f"0000000{c}{tail}".encode())] == []
 
 
+def test_every_character_a_hostname_label_takes_is_in_the_automaton():
+    """fqdn reads s.lower() with re.IGNORECASE and Unicode digits: every code point the checker
+    takes inside a label, or as a label of its own, the automaton takes there too."""
+    dfa = format_dfa(CHECKER, "hostname")
+    took = [c for c in map(chr, range(sys.maxunicode + 1)) if CHECKER.conforms(f"a{c}a", "hostname")]
+    assert {"\u0131", "\u017f", "\u212a", "\u0663", "-", "."} <= set(took)
+    assert [c for c in took if not dfa.fullmatch(f"a{c}a".encode())] == []
+    ends = [c for c in took if CHECKER.conforms(c, "hostname")]  # a label of one character
+    assert "-" not in ends and [c for c in ends if not dfa.fullmatch(c.encode())] == []
+
+
 def test_format_examples_are_in_their_automata():
     for fmt in ENFORCED:
         example = FORMAT_EXAMPLES[fmt]
@@ -156,6 +176,8 @@ async def _alive(pot, text: str) -> bool:
     ("uri-reference", '"../x/y"', '"../x y'),
     ("uuid", '"123e4567-e89b-12d3-a456-426614174000"', '"123456789'),
     ("uuid", '"123E4567-E89B-12D3-A456-42661417400', '"john'),
+    ("hostname", '"api.Example-1.com."', '"https:'),
+    ("hostname", '"a.b', '"a..'),
 ])
 def test_a_string_stops_at_its_first_character_outside_the_format(fmt, good, bad):
     pot = JSONSchema({"type": "string", "format": fmt})
