@@ -26,6 +26,9 @@ date-time          rfc3339-validator's regex ``.match``\\es s.upper()    the dat
 time               date-time accepts ``"1970-01-01T" + s``             the time part of that
 ipv4               ``ipaddress.IPv4Address(s)``: four ``.``-separated   octets 0-255, leading
                    ASCII decimal octets 0-255, no leading zero          zeros allowed
+ipv6               ``ipaddress.IPv6Address(s)`` without a scope: at      hex digits, ``:`` and
+                   most 9 ``:``-separated parts of at most 4 hex        ``.``, 2-55 of them
+                   digits, the last one maybe an IPv4 address
 uri,               rfc3986-validator's compiled regex ``.match``\\es s   that regex, read at
 uri-reference                                                          run time, then ``\\n?``
 hostname           fqdn's ``FQDN(s, min_labels=1).is_valid``:           labels of 1-63 such
@@ -76,6 +79,8 @@ _SUPERSETS: dict[str, tuple[str, str | None, tuple[str, int] | None]] = {
                   (f"{_YEAR}-{_MONTH}-{_DAY}[Tt]{_TIME}\\n?", 0)),
     "time": ("is_time", "validate_rfc3339", (f"{_TIME}\\n?", 0)),
     "ipv4": ("is_ipv4", None, (f"(?:{_OCTET}\\.){{3}}{_OCTET}", 0)),
+    # 8 parts of at most 4 and a last of at most 15 (an IPv4 address), with their 8 colons
+    "ipv6": ("is_ipv6", None, ("[0-9A-Fa-f:.]{2,55}", 0)),
     "hostname": ("is_host_name", "FQDN", (f"(?:{_LABEL}\\.)*{_LABEL}\\.?\\n?", 0)),
     "uuid": ("is_uuid", None,
              (f"{_UUID_CHAR}{{8}}-{_UUID_CHAR}{{4}}-{_UUID_CHAR}{{4}}-{_UUID_CHAR}{{4}}-"

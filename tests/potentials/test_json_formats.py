@@ -3,6 +3,7 @@ string its checker accepts, and a JSON Schema potential stops a string at its fi
 outside the format."""
 
 import asyncio
+import ipaddress
 import json
 import random
 import sys
@@ -17,7 +18,7 @@ from potentials.testing import MaskKeyContract
 from tests.potentials.test_json_conformance import DRAFT, check_instance
 
 CHECKER = Draft202012Validator.FORMAT_CHECKER
-ENFORCED = ("date", "date-time", "time", "ipv4", "uri", "uri-reference", "uuid", "hostname")
+ENFORCED = ("date", "date-time", "time", "ipv4", "ipv6", "uri", "uri-reference", "uuid", "hostname")
 # characters a mutation writes: each format's own, their other cases, near misses (a
 # non-ASCII digit, a full-width colon, a dotless i), and what a runaway string writes
 NOISE = "0123456789-:.+TtZzSsWw /?#@[]%\n\t\"é\u0663\uff1a\u0131x"
@@ -52,6 +53,14 @@ def _uuid(rng: random.Random) -> str:
     return s + rng.choice(["", "}", " ", "\u2003"]) * (rng.random() < 0.2)
 
 
+def _ipv6(rng: random.Random) -> str:
+    address = ipaddress.IPv6Address(rng.getrandbits(128) >> rng.choice([0, 0, 64, 112, 127]))
+    text = rng.choice([address.compressed, address.exploded, address.exploded.upper()])
+    if rng.random() < 0.2:  # an IPv4 address in the last 32 bits
+        text = text.rsplit(":", 2)[0] + ":" + _ipv4(rng)
+    return text + rng.choice(["", "%eth0", "%"]) * (rng.random() < 0.1)
+
+
 def _hostname(rng: random.Random) -> str:
     def label() -> str:
         n = rng.choice([1, 2, 5, 12, 62, 63, 64])
@@ -69,6 +78,7 @@ BASES = {
     "date-time": lambda rng: _date(rng) + rng.choice("Tt") + _time(rng),
     "time": _time,
     "ipv4": _ipv4,
+    "ipv6": _ipv6,
     "uuid": _uuid,
     "hostname": _hostname,
     "uri": lambda rng: rng.choice(URIS),
@@ -172,6 +182,8 @@ async def _alive(pot, text: str) -> bool:
     ("date", '"1999-12-31"', '"1999-13'),
     ("time", '"23:59:59+01:00"', '"24'),
     ("ipv4", '"10.0.0.255"', '"10.0.0.256'),
+    ("ipv6", '"2001:db8::ff00:42:8329"', '"2001:db8::g'),
+    ("ipv6", '"::ffff:192.0.2.128"', '"::ffff:192.0.2.128%'),
     ("uri", '"https://a.b/c?d#e"', '"https://a.b/c d'),
     ("uri-reference", '"../x/y"', '"../x y'),
     ("uuid", '"123e4567-e89b-12d3-a456-426614174000"', '"123456789'),
