@@ -35,6 +35,8 @@ hostname           fqdn's ``FQDN(s, min_labels=1).is_valid``:           labels o
                    s.lower() at most 253 long (254 with a final dot),   characters, no ``-``
                    ``.match``\\ed by labels of ``-``, ``A-Z``, ``\\d``  at either end, a final
                    under ``re.IGNORECASE`` (``\\d``: Unicode digits)    dot and newline
+duration           isoduration's ``parse_duration(s)`` (an optional     that start and that
+                   sign, then ``P``) and s ends with one of ``DMYWHS``   end, anything between
 uuid               ``uuid.UUID(s)`` (``urn:`` and ``uuid:`` removed,    ``-`` at 8, 13, 18 and
                    ``{}`` stripped, ``-`` removed, then 32 characters   23, every character one
                    ``int(h, 16)`` reads) and ``-`` at 8, 13, 18, 23     ``int`` or the removals
@@ -82,6 +84,7 @@ _SUPERSETS: dict[str, tuple[str, str | None, tuple[str, int] | None]] = {
     # 8 parts of at most 4 and a last of at most 15 (an IPv4 address), with their 8 colons
     "ipv6": ("is_ipv6", None, ("[0-9A-Fa-f:.]{2,55}", 0)),
     "hostname": ("is_host_name", "FQDN", (f"(?:{_LABEL}\\.)*{_LABEL}\\.?\\n?", 0)),
+    "duration": ("is_duration", "isoduration", ("[+-]?P(?s:.)*[DMYWHS]", 0)),
     "uuid": ("is_uuid", None,
              (f"{_UUID_CHAR}{{8}}-{_UUID_CHAR}{{4}}-{_UUID_CHAR}{{4}}-{_UUID_CHAR}{{4}}-"
               f"{_UUID_CHAR}*", 0)),
@@ -89,9 +92,11 @@ _SUPERSETS: dict[str, tuple[str, str | None, tuple[str, int] | None]] = {
     "uri-reference": ("is_uri_reference", "validate_rfc3986", None),
 }
 
-#: the library functions the supersets were read from, by the name jsonschema imports them as
+#: the library functions (or modules) the supersets were read from, by the name jsonschema
+#: imports them as: name -> (module, attribute, None for the module itself)
 _LIBRARY = {
     "FQDN": ("fqdn", "FQDN"),
+    "isoduration": ("isoduration", None),  # the module itself
     "validate_rfc3339": ("rfc3339_validator", "validate_rfc3339"),
     "validate_rfc3986": ("rfc3986_validator", "validate_rfc3986"),
 }
@@ -116,7 +121,8 @@ def format_superset(checker: Any, fmt: str) -> tuple[str, int] | None:
         # the function jsonschema's module calls under that name is the library's own
         module, attr = _LIBRARY[calls]
         library = _import(module)
-        if library is None or func.__globals__.get(calls) is not getattr(library, attr, None):
+        own = library if attr is None else getattr(library, attr, None)
+        if library is None or func.__globals__.get(calls) is not own:
             return None
     if pattern is not None:
         return pattern

@@ -18,7 +18,8 @@ from potentials.testing import MaskKeyContract
 from tests.potentials.test_json_conformance import DRAFT, check_instance
 
 CHECKER = Draft202012Validator.FORMAT_CHECKER
-ENFORCED = ("date", "date-time", "time", "ipv4", "ipv6", "uri", "uri-reference", "uuid", "hostname")
+ENFORCED = ("date", "date-time", "time", "ipv4", "ipv6", "uri", "uri-reference", "uuid", "hostname",
+            "duration")
 # characters a mutation writes: each format's own, their other cases, near misses (a
 # non-ASCII digit, a full-width colon, a dotless i), and what a runaway string writes
 NOISE = "0123456789-:.+TtZzSsWw /?#@[]%\n\t\"é\u0663\uff1a\u0131x"
@@ -69,6 +70,13 @@ def _hostname(rng: random.Random) -> str:
     return name + "." * (rng.random() < 0.2)
 
 
+def _duration(rng: random.Random) -> str:
+    parts = [f"{rng.randrange(100)}{d}" for d in "YMWD" if rng.random() < 0.4]
+    clock = [f"{rng.choice(['1', '0.5', '2,5', '1e1'])}{d}" for d in "HMS" if rng.random() < 0.4]
+    body = "".join(parts) + ("T" + "".join(clock) if clock or rng.random() < 0.1 else "")
+    return rng.choice(["", "", "+", "-"]) + "P" + body
+
+
 URIS = ["http://example.com/a/b?x=1&y=%20#f", "mailto:a@b.co", "urn:isbn:0451450523", "//host/p",
         "rel/path", "a:", "http://[::1]:8080/", "https://u:p@h.io:/x;y=z", "file:///etc/hosts",
         "http://192.168.0.1/", "#frag", "?q", "", "http://[v7.x]/", "ftp://a.b/%7e~"]
@@ -81,6 +89,7 @@ BASES = {
     "ipv6": _ipv6,
     "uuid": _uuid,
     "hostname": _hostname,
+    "duration": _duration,
     "uri": lambda rng: rng.choice(URIS),
     "uri-reference": lambda rng: rng.choice(URIS),
 }
@@ -190,6 +199,8 @@ async def _alive(pot, text: str) -> bool:
     ("uuid", '"123E4567-E89B-12D3-A456-42661417400', '"john'),
     ("hostname", '"api.Example-1.com."', '"https:'),
     ("hostname", '"a.b', '"a..'),
+    ("duration", '"PT1H30M"', '"1'),
+    ("duration", '"-P3D"', '"-p'),
 ])
 def test_a_string_stops_at_its_first_character_outside_the_format(fmt, good, bad):
     pot = JSONSchema({"type": "string", "format": fmt})
