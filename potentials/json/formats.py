@@ -96,7 +96,7 @@ _SUPERSETS: dict[str, tuple[str, str | None, tuple[str, int] | None]] = {
 #: imports them as: name -> (module, attribute, None for the module itself)
 _LIBRARY = {
     "FQDN": ("fqdn", "FQDN"),
-    "isoduration": ("isoduration", None),  # the module itself
+    "isoduration": ("isoduration", None),
     "validate_rfc3339": ("rfc3339_validator", "validate_rfc3339"),
     "validate_rfc3986": ("rfc3986_validator", "validate_rfc3986"),
 }
