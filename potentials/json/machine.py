@@ -139,11 +139,14 @@ def _num_step(st: int | None, b: int) -> int | None:
 
 
 class Machine:
-    """Steps sets of configurations byte by byte; ``ws_limit`` None means unbounded."""
+    """Steps sets of configurations byte by byte. ``ws_limit`` bounds each run of whitespace
+    between tokens and ``end_ws_limit`` the run after the root value (None: unbounded)."""
 
-    def __init__(self, root_alternatives: tuple, ws_limit: int | None):
+    def __init__(self, root_alternatives: tuple, ws_limit: int | None,
+                 end_ws_limit: int | None):
         self.root = root_alternatives
         self.ws_limit = ws_limit
+        self.end_ws_limit = end_ws_limit
         self._lits: dict = {}
         self._dfa_live: dict = {}
         self._pattern_paths: dict = {}
@@ -455,11 +458,12 @@ class Machine:
         return False
 
     # ------------------------------------------------------------------ helpers
-    def _ws(self, count: int) -> int | None:
-        """Whitespace count after one more whitespace byte, or None when over the limit."""
-        if self.ws_limit is None:
+    @staticmethod
+    def _ws(count: int, limit: int | None) -> int | None:
+        """Whitespace count after one more whitespace byte, or None when over ``limit``."""
+        if limit is None:
             return 0
-        return count + 1 if count < self.ws_limit else None
+        return count + 1 if count < limit else None
 
     def _start_value(self, alts: tuple, b: int, parent: Stack) -> list:
         out = []
@@ -560,7 +564,7 @@ class Machine:
         # TOP
         phase, ws = f[1], f[2]
         if b in WS and phase != 1:
-            n = self._ws(ws)
+            n = self._ws(ws, self.end_ws_limit if phase == 2 else self.ws_limit)
             return [] if n is None else [Stack((TOP, phase, n), None)]
         if phase == 0:
             return self._start_value(self.root, b, Stack((TOP, 1, 0), None))
@@ -569,7 +573,7 @@ class Machine:
     def _step_object(self, node: Stack, f: tuple, b: int) -> list:
         _, c, phase, seen, key, ws, start = f
         if b in WS and phase in (O_OPEN, O_COLON, O_VALUE_NEXT, O_AFTER, O_COMMA):
-            n = self._ws(ws)
+            n = self._ws(ws, self.ws_limit)
             return [] if n is None else [Stack((OBJ, c, phase, seen, key, n, start), node.parent)]
         facts = c.object
         if phase in (O_OPEN, O_COMMA) and b == 34:  # a key opens
@@ -595,7 +599,7 @@ class Machine:
     def _step_array(self, node: Stack, f: tuple, b: int) -> list:
         _, c, phase, index, ws, start = f
         if b in WS and phase != A_VALUE:
-            n = self._ws(ws)
+            n = self._ws(ws, self.ws_limit)
             return [] if n is None else [Stack((ARR, c, phase, index, n, start), node.parent)]
         facts = c.array
         if phase in (A_OPEN, A_AFTER) and b == 93:  # ]

@@ -49,6 +49,11 @@ STEP_MEMO_LIMIT = 64
 #: stayed at 5% of the wall time on the side-by-side selection, as with the byte searches
 #: alone (benchmarks/RESULTS.md, "bench_critic.py", third run)
 COMPLETION_NODES = 200
+#: whitespace bytes ``whitespace="flexible"`` allows after the root value: room for the
+#: endings models write (``\n``, ``\n\n``, `` \n``) and no more, so that no particle spends
+#: its budget on blank lines after a finished document (benchmarks/RESULTS.md, "Whitespace
+#: after the document")
+END_WHITESPACE = 2
 _DIGITS = b"0123456789"
 #: first byte of a JSON value -> the bytes it can end with
 _LAST_BY_FIRST = {ord("{"): b"}", ord("["): b"]", ord('"'): b'"', ord("-"): _DIGITS,
@@ -170,7 +175,9 @@ class JSONSchema(BytePotential[JSONState]):
             subclass M (the schema is M.model_json_schema(), and a finished document must also
             pass M.model_validate_json; see the module docstring).
         whitespace: "compact" (no whitespace outside strings), "flexible" (any RFC 8259
-            whitespace between tokens), or an int n (runs of at most n whitespace bytes).
+            whitespace between tokens, and at most ``END_WHITESPACE`` bytes after the root
+            value), or an int n (runs of at most n whitespace bytes, the one after the root
+            value too).
         registry: a ``referencing.Registry`` of further schemas that ``$ref`` may name, or a
             dict {URI: schema} of them; nothing is ever fetched from the network.
         strict: close the schema's open objects and tuples where that only narrows it (no keys
@@ -253,10 +260,11 @@ class JSONSchema(BytePotential[JSONState]):
             ) from None
         if whitespace == "compact":
             limit: int | None = 0
+            end_limit = 0
         elif whitespace == "flexible":
-            limit = None
+            limit, end_limit = None, END_WHITESPACE
         elif isinstance(whitespace, int) and not isinstance(whitespace, bool) and whitespace >= 0:
-            limit = whitespace
+            limit = end_limit = whitespace
         else:
             raise ValueError(
                 f'whitespace must be "compact", "flexible" or an int >= 0, not {whitespace!r}'
@@ -287,7 +295,7 @@ class JSONSchema(BytePotential[JSONState]):
         try:
             self.schemas = Schemas(self.validator.schema, self.validator, draft, make)
             self.schemas.check_refs()
-            self.machine = Machine(self.schemas.expand([self.schemas.root]), limit)
+            self.machine = Machine(self.schemas.expand([self.schemas.root]), limit, end_limit)
         except RecursionError:
             raise ValueError(
                 f"schema is nested too deeply (JSON nesting depth {_depth(schema)}) to compile"

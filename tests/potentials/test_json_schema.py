@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 
 from smc.core.logmath import NEG_INF
 from potentials.json import JSONSchema
+from potentials.json.potential import END_WHITESPACE
 from potentials.testing import (InnerTextKeyContract, MaskKeyContract, PlainTextBudgetContract,
                                 PlainTextKeyContract, PotentialContract)
 
@@ -232,6 +233,23 @@ async def test_whitespace_modes():
     assert await prefix(one, "[1,  ") == NEG_INF
     assert await prefix(flexible, '"a b"') == 0.0  # spaces inside strings are content
     assert await prefix(compact, '"a b"') == 0.0
+
+
+async def test_whitespace_after_the_document_is_bounded():
+    """flexible: END_WHITESPACE bytes after the root value, whatever the run inside it;
+    an int n bounds that run as every other."""
+    assert END_WHITESPACE == 2
+    flexible, three = JSONSchema(True), JSONSchema(True, whitespace=3)
+    inner = '{"a":' + " " * 40 + "[1]}"
+    for end in ("", "\n", "\n\n", " \n", "\r\n", "\t "):
+        assert await complete(flexible, inner + end) == 0.0
+        assert await complete(flexible, "7" + end) == 0.0  # a root number ends at the run
+    for end in ("\n\n\n", " \n\n", "   "):
+        assert await prefix(flexible, inner + end) == NEG_INF
+        assert await prefix(flexible, "7" + end) == NEG_INF
+        assert await complete(three, "[1]" + end) == 0.0
+    assert await prefix(three, "[1]    ") == NEG_INF
+    assert await prefix(flexible, " " * 40 + "[") == 0.0  # before the document: unbounded
 
 
 async def test_odd_bytes_are_dead_not_errors():
