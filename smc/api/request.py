@@ -280,9 +280,9 @@ class Request:
     def _lookahead(self) -> float:
         """The run's lookahead rate: ``defaults.LOOKAHEAD`` when not given for an SMC run with a
         byte-level constraint other than a JSONSchema (else 0: JSON's completions steer the
-        budget twist, ``_per_byte``, and the lookahead's rate was measured on patterns only); a
-        given rate is a finite number >= 0, and > 0 only for an SMC run with a byte-level
-        constraint (the twist reads its byte states)."""
+        budget twist, ``_per_byte``, and at the patterns' rate it cost accuracy on the Ada task,
+        benchmarks/RESULTS.md); a given rate is a finite number >= 0, and > 0 only for an SMC
+        run with a byte-level constraint (the twist reads its byte states)."""
         byte_level = isinstance(self.constraint, BytePotential)
         if self.lookahead is None:
             wanted = self.method == "smc" and byte_level and not isinstance(self.constraint, JSONSchema)
