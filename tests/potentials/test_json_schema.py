@@ -227,7 +227,8 @@ async def test_whitespace_modes():
     assert await prefix(compact, "{ ") == NEG_INF
     assert await complete(compact, doc.replace(" ", "").replace("\n", "").replace("\t", "")) == 0
     assert await complete(flexible, doc) == 0.0
-    assert await complete(flexible, "  \r\n 1 \n") == 0.0
+    assert await complete(flexible, "  \r\n 1") == 0.0
+    assert await complete(one, "[1] ") == 0.0
     assert await complete(one, doc) == NEG_INF  # ",\n\t" is a run of two
     assert await complete(one, doc.replace("\n\t", "\n")) == 0.0
     assert await prefix(one, "[1,  ") == NEG_INF
@@ -236,20 +237,23 @@ async def test_whitespace_modes():
 
 
 async def test_whitespace_after_the_document_is_bounded():
-    """flexible: END_WHITESPACE bytes after the root value, whatever the run inside it;
-    an int n bounds that run as every other."""
-    assert END_WHITESPACE == 2
+    """flexible: END_WHITESPACE (no) bytes after the root value, whatever the runs inside it
+    or before it; an int n bounds that run as every other."""
+    assert END_WHITESPACE == 0
     flexible, three = JSONSchema(True), JSONSchema(True, whitespace=3)
     inner = '{"a":' + " " * 40 + "[1]}"
-    for end in ("", "\n", "\n\n", " \n", "\r\n", "\t "):
-        assert await complete(flexible, inner + end) == 0.0
-        assert await complete(flexible, "7" + end) == 0.0  # a root number ends at the run
-    for end in ("\n\n\n", " \n\n", "   "):
+    assert await complete(flexible, inner) == 0.0
+    assert await complete(flexible, "7") == 0.0
+    for end in ("\n", " ", "\r\n", "\t", "\n\n\n"):
         assert await prefix(flexible, inner + end) == NEG_INF
-        assert await prefix(flexible, "7" + end) == NEG_INF
-        assert await complete(three, "[1]" + end) == 0.0
+        assert await prefix(flexible, "7" + end) == NEG_INF  # a root number ends at the run
+        assert await complete(three, "[1]" + end[:3]) == 0.0
     assert await prefix(three, "[1]    ") == NEG_INF
     assert await prefix(flexible, " " * 40 + "[") == 0.0  # before the document: unbounded
+    # the ending set a last step asks: whitespace only where a document can end with some
+    assert set(flexible.final_bytes()) & set(b" \t\n\r") == set()
+    assert set(three.final_bytes()) >= set(b" \t\n\r")
+    assert set(JSONSchema(True, whitespace="compact").final_bytes()) & set(b" \t\n\r") == set()
 
 
 async def test_odd_bytes_are_dead_not_errors():

@@ -153,7 +153,7 @@ async def test_complete_is_schema_and_pydantic(model, docs):
 
 async def test_pydantic_only_rule_is_checked_at_completion():
     """An odd x is a viable prefix (the schema cannot see the rule) but never a finished one."""
-    # compact: after the closing brace only EOS is left (flexible would allow trailing whitespace)
+    # after the closing brace only EOS is left
     pot = JSONSchema(Point, whitespace="compact")
     plain = JSONSchema(Point.model_json_schema(), whitespace="compact")
     doc = b'{"x":1,"y":"a"}'
