@@ -112,10 +112,11 @@ OBJECT = {"type": "object", "properties": {"a": {"type": "integer", "maximum": 1
 @pytest.mark.parametrize("constraint", [
     lambda: JSONSchema(OBJECT),
     lambda: JSONSchema(OBJECT, whitespace="compact"),
+    lambda: JSONSchema(OBJECT, whitespace=2),  # whitespace may follow the document
     lambda: JSONSchema({}),  # any root value: final bytes are every kind's last byte
     lambda: JSONSchema(OBJECT) * Regex(r'[^ ]*'),  # a product: both factors' final bytes
     lambda: Regex(r'\{"a":1+\}\s?'),  # a DFA: one walk per complete_key
-], ids=["object", "object-compact", "any", "product", "regex"])
+], ids=["object", "object-compact", "object-ws2", "any", "product", "regex"])
 @pytest.mark.parametrize("mask_first", [False, True])
 def test_lifted_finishing_is_every_token_after_which_the_text_completes(constraint, mask_first):
     texts = ["", "{", '{"a', '{"a":', '{"a":1', '{"a": 12', '{"a":1}', '{"a":12 ', '{"a":"', "1", '"a']
@@ -134,7 +135,9 @@ def test_lifted_finishing_is_every_token_after_which_the_text_completes(constrai
             assert support.tolist() == want + [eos] * done, text
     final = lifted.potential.final_bytes()
     if isinstance(lifted.potential, JSONSchema) and lifted.potential.schema == OBJECT:
-        assert set(final) == set(b"}" if lifted.potential.whitespace == "compact" else b"} \t\n\r")
+        # flexible and compact allow no whitespace after the document, an int n a run of n
+        trailing = isinstance(lifted.potential.whitespace, int)
+        assert set(final) == set(b"} \t\n\r" if trailing else b"}")
 
 
 def test_finishing_is_built_once_and_only_with_a_potential():
