@@ -75,6 +75,14 @@ def own_types(s: dict) -> set:
         allowed &= {json_type(v) for v in s["enum"]}
     return allowed
 
+
+def integer_only(s: dict) -> bool:
+    """Does a schema object's own ``type`` allow integers and no other numbers?"""
+    t = s.get("type")
+    t = [t] if isinstance(t, str) else t
+    return isinstance(t, list) and "integer" in t and "number" not in t
+
+
 # keywords a scalar can fail that no clause fact enforces (beyond the per-type ones below)
 _LOOSE_ANY = frozenset({"oneOf", "not", "if", "$dynamicRef", "$recursiveRef", "format"})
 # keywords about a whole object or array that no clause fact enforces: checked when it closes
@@ -302,6 +310,14 @@ class Clause:
         return out
 
     @property
+    def integer_literals(self) -> bool:
+        """Are numbers here written as integer literals, without a fraction or an exponent?
+        So when a member's ``type`` allows integers and no other numbers (a departure from
+        JSON Schema, where 1.0 and 1e2 are integers: potentials.json.potential)."""
+        return self._memo("integer_literals", lambda: any(
+            isinstance(m, Node) and integer_only(m.contents) for m in self.members))
+
+    @property
     def booleans(self) -> frozenset:
         def make() -> frozenset:
             ok = {True, False}
@@ -379,12 +395,8 @@ class Clause:
                 s = m.contents
                 loose = m in self.loose or not _LOOSE_ANY.isdisjoint(s)
                 if kind == "number":
-                    t = s.get("type")
-                    t = [t] if isinstance(t, str) else t
-                    integer_only = (
-                        isinstance(t, list) and "integer" in t and "number" not in t
-                    )
-                    loose = loose or integer_only or not _LOOSE_NUMBER.isdisjoint(s)
+                    # an integer ``type`` needs no check: such a clause writes integer literals
+                    loose = loose or not _LOOSE_NUMBER.isdisjoint(s)
                 if kind == "string" and isinstance(s.get("pattern"), str):
                     loose = loose or self.schemas.search_dfa(s["pattern"]) is None
                 if loose:

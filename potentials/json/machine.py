@@ -55,6 +55,8 @@ A_OPEN, A_VALUE, A_AFTER, A_COMMA = range(4)
 # number grammar states (accepting: N_ZERO, N_INT, N_FRAC, N_EXP)
 N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP = range(8)
 N_ACCEPT = frozenset({N_ZERO, N_INT, N_FRAC, N_EXP})
+#: the states a fraction or an exponent begins with, which an integer literal has neither of
+_NOT_INTEGER = frozenset({N_DOT, N_E})
 
 # the bytes that can follow a frame on top of the stack (``Machine.next_bytes``)
 _VALUE = frozenset(b'"{[-0123456789tfn')
@@ -538,6 +540,8 @@ class Machine:
             return self._step_string(node, f, b)
         if tag == NUM:
             st = _num_step(f[2], b)
+            if st in _NOT_INTEGER and f[1].integer_literals:
+                return []
             if st is not None:
                 text = f[3] + bytes((b,)) if f[3] is not None else None
                 return [Stack((NUM, f[1], st, text), node.parent)]

@@ -4,9 +4,11 @@
                           duplicate object keys or unpaired surrogate escapes, and
                           V(schema, format_checker=V.FORMAT_CHECKER) accepts json.loads(x), V the
                           jsonschema validator of the draft the schema's ``$schema`` declares
-                          (2020-12 when none); else -inf. Patterns are searched with the regex
-                          package in bounded time (potentials.json.patterns): a search past its
-                          time limit fails the document.
+                          (2020-12 when none), and every number a schema allows only as an
+                          integer is written as one (``1``, not ``1.0`` or ``1e0``); else -inf.
+                          Patterns are searched with the regex package in bounded time
+                          (potentials.json.patterns): a search past its time limit fails the
+                          document.
     prefix(x)   = 0  iff  the incremental recognizer (potentials.json.machine) is still alive
 
 A pydantic v2 model class M is a schema too: ``JSONSchema(M)`` uses M.model_json_schema() (its
@@ -210,8 +212,11 @@ class JSONSchema(BytePotential[JSONState]):
     lists what is decided when, per draft.
 
     Departures from plain ``json.loads`` + validation: duplicate object keys and ``\\u``
-    escapes of unpaired surrogates are rejected, and integers too long for Python's ``int``
-    conversion limit fail at ``complete``.
+    escapes of unpaired surrogates are rejected; where a schema allows integers and no other
+    numbers a number is an integer literal (from draft 6 on 1.0 is an integer too, but a
+    particle writing one can run on in fraction digits that only an exponent would close;
+    llguidance, xgrammar, outlines and genlm-control write integers so too);
+    and integers too long for Python's ``int`` conversion limit fail at ``complete``.
     """
 
     # inside a string the keys hold only room, pattern automata (compared by identity) and
