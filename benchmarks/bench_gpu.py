@@ -17,7 +17,11 @@ a DynamicCache, one prefill and as many decode steps as the SMC run took, each s
 token per row on the device (log_softmax, multinomial). Target: ratio <= 1.3.
 
     python benchmarks/bench_gpu.py [--particles 16,64] [--tokens 256] [--constraints none,json]
-           [--device cuda|cpu] [--config 8b|tiny]
+           [--device cuda|cpu] [--config 8b|tiny] [--tokenizer DIR]
+
+Before the timed runs, one short SMC run and one short plain decode warm the device up (CUDA
+context, kernels, allocator), so neither side pays for the first call. ``--tokenizer DIR``: a
+folder holding the embedded model's tokenizer (default: the embedded model's converted folder).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_overhead import SCHEMA, embedded_vocab, synthetic_tokens  # noqa: E402
+from bench_overhead import SCHEMA, synthetic_tokens  # noqa: E402
 from potentials import JSONSchema  # noqa: E402
 from samplers import make_sampler  # noqa: E402
 from smc.backends.hf import HFLM, cache_kwarg  # noqa: E402
@@ -51,20 +55,21 @@ CONFIGS = {
 PROMPT = "Write a short note about the sea as JSON:"
 
 
-def build(config: str, device: str) -> tuple[HFLM, list[int]]:
+def build(config: str, device: str, tokenizer: str | None = None) -> tuple[HFLM, list[int]]:
     """(backend over a random Llama of the named shape, prompt ids)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from smc.backends.loading import embedded_model_dir
+    from smc.backends.vocab import build_vocab
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     cfg = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=4096, **CONFIGS[config])
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(cfg).to(dtype)
-    tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    tok = AutoTokenizer.from_pretrained(tokenizer or embedded_model_dir())
     lm = HFLM(model, tok)
-    vocab, _ = embedded_vocab()
+    vocab, _ = build_vocab(tok, len(tok))
     lm.vocab = vocab + synthetic_tokens(VOCAB - len(vocab))
     return lm, list(tok.encode(PROMPT))
 
@@ -88,26 +93,45 @@ def plain_decode(model: Any, prompt: list[int], n: int, steps: int, device: str)
     return time.perf_counter() - t0
 
 
-def run(config: str, device: str, particles: list[int], tokens: int, constraints: list[str]) -> list[dict]:
-    lm, prompt = build(config, device)
+def smc_run(lm: HFLM, prompt: list[int], constraint: str, n: int, tokens: int, device: str) -> tuple[float, Any]:
+    """(seconds, result) of one SMC run of N particles for at most ``tokens`` steps."""
+    pot = lift(JSONSchema(SCHEMA) if constraint == "json" else None, lm)
+    sampler = make_sampler("awrs", lm, pot, prompt)
+    lm.clear_cache()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    r = asyncio.run(smc(ConstrainedGeneration(sampler, tokens), n, seed=0, progress=False))
+    sync()
+    return time.perf_counter() - t0, r
+
+
+HEADER = ("| config | device | constraint | N | steps | SMC s | plain s | ratio | target | forward passes | full evals "
+          "| finished |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def run(config: str, device: str, particles: list[int], tokens: int, constraints: list[str],
+        tokenizer: str | None = None) -> list[dict]:
+    """One row per (constraint, N), each printed as it is measured."""
+    lm, prompt = build(config, device, tokenizer)
+    for constraint in constraints:  # warm-up: compiled constraints, kernels, allocator
+        smc_run(lm, prompt, constraint, particles[0], 4, device)
+    plain_decode(lm.model, prompt, particles[0], 4, device)
+    print(HEADER, flush=True)
     rows = []
     for constraint in constraints:
         for n in particles:
-            pot = lift(JSONSchema(SCHEMA) if constraint == "json" else None, lm)
-            sampler = make_sampler("awrs", lm, pot, prompt)
-            lm.clear_cache()
-            sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-            sync()
-            t0 = time.perf_counter()
-            r = asyncio.run(smc(ConstrainedGeneration(sampler, tokens), n, seed=0, progress=False))
-            sync()
-            wall = time.perf_counter() - t0
+            wall, r = smc_run(lm, prompt, constraint, n, tokens, device)
             steps = r.stats["steps"]
             plain = plain_decode(lm.model, prompt, n, steps, device)
-            rows.append(dict(config=config, device=device, constraint=constraint, N=n, steps=steps,
-                             smc_s=round(wall, 3), plain_s=round(plain, 3), ratio=round(wall / plain, 2),
-                             forward_passes=r.stats["lm_forward_passes"],
-                             full_evals=r.stats["full_evaluations"], finished=len(r.finished)))
+            row = dict(config=config, device=device, constraint=constraint, N=n, steps=steps,
+                       smc_s=round(wall, 3), plain_s=round(plain, 3), ratio=round(wall / plain, 2),
+                       forward_passes=r.stats["lm_forward_passes"],
+                       full_evals=r.stats["full_evaluations"], finished=len(r.finished))
+            print(f"| {config} | {device} | {constraint} | {n} | {steps} | {row['smc_s']} | {row['plain_s']} | "
+                  f"**{row['ratio']}** | 1.3 | {row['forward_passes']} | {row['full_evals']} | {row['finished']} |",
+                  flush=True)
+            rows.append(row)
     return rows
 
 
@@ -118,16 +142,12 @@ def main() -> None:
     ap.add_argument("--constraints", default="none,json")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--config", default=None, help="8b (default on CUDA) or tiny")
+    ap.add_argument("--tokenizer", help="folder of the embedded tokenizer (default: the converted model's)")
     args = ap.parse_args()
     config = args.config or ("8b" if args.device == "cuda" else "tiny")
     tokens = args.tokens or (256 if args.device == "cuda" else 16)
-    rows = run(config, args.device, [int(x) for x in args.particles.split(",")], tokens,
-               args.constraints.split(","))
-    print("| config | device | constraint | N | steps | SMC s | plain s | ratio | target | forward passes | full evals | finished |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['config']} | {r['device']} | {r['constraint']} | {r['N']} | {r['steps']} | {r['smc_s']} | "
-              f"{r['plain_s']} | **{r['ratio']}** | 1.3 | {r['forward_passes']} | {r['full_evals']} | {r['finished']} |")
+    run(config, args.device, [int(x) for x in args.particles.split(",")], tokens, args.constraints.split(","),
+        args.tokenizer)
 
 
 if __name__ == "__main__":
