@@ -156,7 +156,7 @@ def check_backend(obj: Any, what: str = "lm") -> None:
 def check_backend_kwargs(kwargs: dict[str, Any], accepted: set[str] | frozenset[str], backend: str) -> None:
     """Errors for a backend's keyword arguments before the (slow) model load: an unknown name,
     and the options every caching backend shares (``max_batch`` >= 1, ``cache_budget_bytes``
-    >= 0, ``kv_cache`` a bool or None)."""
+    >= 0 or None for the backend's default, ``kv_cache`` a bool or None)."""
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
         raise InvalidArgumentType(
@@ -164,7 +164,8 @@ def check_backend_kwargs(kwargs: dict[str, Any], accepted: set[str] | frozenset[
             f"(accepted: {', '.join(sorted(accepted))}, device, dtype)"
         )
     for key, low in (("max_batch", 1), ("cache_budget_bytes", 0)):
-        if key in kwargs:
+        # None is the backend's own default budget (sized to its device)
+        if key in kwargs and not (key == "cache_budget_bytes" and kwargs[key] is None):
             v = kwargs[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise InvalidArgument(f"{key} must be an integer >= {low}, got {v!r}")

@@ -37,7 +37,7 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from smc.backends.adapters import BASE_ADAPTER, AdapterView, LoraRouter, Source
 from smc.backends.base import AsyncLM, NextTokenDists, new_counters
 from smc.backends.batching import AutoBatcher
-from smc.backends.kvtrie import KVTrie, Node
+from smc.backends.kvtrie import CACHE_BUDGET_BYTES, KVTrie, Node
 from smc.backends.prompts import TokenizerPrompts
 from smc.backends.quantization import quantization_config
 from smc.backends.stepstates import StepStates
@@ -97,6 +97,23 @@ def _as_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dt
     return value
 
 
+#: share of a CUDA device's free memory (read when the backend is built, the model already on it)
+#: that the default cache budget takes. A population's contexts must fit in the cache, or every
+#: step recomputes them: an 8B model (128 KiB per position) at N = 64 and 256 tokens needs
+#: 2.1 GB, and with 1 GiB SMC took 3.9x a plain decode loop on an H100, 1.06x at N = 16
+#: (benchmarks/RESULTS.md, "bench_gpu.py"). 0.3 leaves room for the pool's doubling (1.5x the
+#: pool while it copies), the population's step buffer and the activations.
+CUDA_CACHE_SHARE = 0.3
+
+
+def default_cache_budget(device: torch.device) -> int:
+    """B = CUDA_CACHE_SHARE * (free bytes on ``device``) on CUDA, else CACHE_BUDGET_BYTES."""
+    if device.type != "cuda":
+        return CACHE_BUDGET_BYTES
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(CUDA_CACHE_SHARE * free)
+
+
 #: most concurrent population steps (``batch_next_token_dists`` calls) gathered into one call
 POPULATION_CALLS = 64
 
@@ -109,7 +126,9 @@ class HFLM(TokenizerPrompts, AsyncLM):
         tokenizer: its tokenizer.
         max_batch: most contexts in one forward pass (default 256: a population of up to 256
             particles takes one forward pass per step).
-        cache_budget_bytes: bound on cached key/value states plus cached log-prob rows.
+        cache_budget_bytes: bound on cached key/value states plus cached log-prob rows
+            (default ``default_cache_budget``: 30% of the free memory on a CUDA device, 1 GiB
+            elsewhere). Log-prob rows live in host memory but count here too.
         kv_cache: reuse cached key/value states (default: when every layer is plain full
             attention with one state shape; other models recompute contexts, still batched
             and with cached log-probs).
@@ -121,7 +140,7 @@ class HFLM(TokenizerPrompts, AsyncLM):
         tokenizer: Any,
         *,
         max_batch: int = 256,
-        cache_budget_bytes: int = 1 << 30,
+        cache_budget_bytes: int | None = None,
         kv_cache: bool | None = None,
     ):
         self.model = model.eval()
@@ -149,6 +168,8 @@ class HFLM(TokenizerPrompts, AsyncLM):
                 "kv_cache=True needs a model whose layers all keep full-attention key/value "
                 "states of one shape"
             )
+        if cache_budget_bytes is None:
+            cache_budget_bytes = default_cache_budget(self.device)
         self._cache_budget = cache_budget_bytes
         self._base = Source(BASE_ADAPTER, self._new_trie(cache_budget_bytes))
         self.trie = self._base.trie

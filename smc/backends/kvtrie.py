@@ -38,6 +38,12 @@ ROW_OVERHEAD = 320
 SLOT_OVERHEAD = 40
 _INITIAL_SLOTS = 64
 
+#: a cache's byte budget where the backend has no better measure of its device's memory (CPU,
+#: Apple's unified memory): on the embedded model (46 KB per position) 23,000 positions, room for
+#: a population of 64 particles at 256 tokens (16,400); 1,000 runs on it keep RSS flat
+#: (benchmarks/RESULTS.md, "bench_soak.py")
+CACHE_BUDGET_BYTES = 1 << 30
+
 
 class Node:
     __slots__ = ("token", "parent", "children", "depth", "slot", "path", "logprobs", "last_used", "cost")

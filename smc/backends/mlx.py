@@ -49,7 +49,7 @@ import torch
 
 from smc.backends.base import AsyncLM, NextTokenDists, check_backend_kwargs, new_counters
 from smc.backends.batching import AutoBatcher
-from smc.backends.kvtrie import KVTrie, Node
+from smc.backends.kvtrie import CACHE_BUDGET_BYTES, KVTrie, Node
 from smc.backends.prompts import TokenizerPrompts
 from smc.backends.vocab import build_vocab, eos_ids
 
@@ -166,7 +166,8 @@ class MLXLM(TokenizerPrompts, AsyncLM):
         tokenizer: its Hugging Face tokenizer.
         config: the model's config dict (for the context length and generation EOS).
         max_batch: most contexts in one forward pass.
-        cache_budget_bytes: bound on cached key/value states plus cached log-prob rows.
+        cache_budget_bytes: bound on cached key/value states plus cached log-prob rows
+            (default ``kvtrie.CACHE_BUDGET_BYTES``, 1 GiB).
         kv_cache: reuse cached key/value states (default: when the probe in the module
             docstring passes; True makes a failing probe an error).
         device: ``"cpu"`` or ``"gpu"`` (Metal); default MLX's default device.
@@ -180,7 +181,7 @@ class MLXLM(TokenizerPrompts, AsyncLM):
         config: dict[str, Any] | None = None,
         *,
         max_batch: int = 256,
-        cache_budget_bytes: int = 1 << 30,
+        cache_budget_bytes: int | None = None,
         kv_cache: bool | None = None,
         device: str | None = None,
         eos_token_id: int | list[int] | None = None,
@@ -214,7 +215,7 @@ class MLXLM(TokenizerPrompts, AsyncLM):
             dtype=self._state_dtype,
             device="cpu",
             row_bytes=4 * len(self.vocab),
-            budget_bytes=cache_budget_bytes,
+            budget_bytes=CACHE_BUDGET_BYTES if cache_budget_bytes is None else cache_budget_bytes,
         )
         self._batcher: AutoBatcher[tuple[int, ...], torch.Tensor] = AutoBatcher(self._forward, max_batch)
 

@@ -283,3 +283,40 @@ def test_gpu_benchmark_runs_on_cpu_with_a_tiny_config():
     assert row["steps"] == 4  # 3 tokens, then the forced EOS
     assert row["forward_passes"] == row["steps"]
     assert row["finished"] == 3 and row["smc_s"] > 0 and row["plain_s"] > 0
+
+
+def test_default_cache_budget_is_a_share_of_free_cuda_memory(monkeypatch):
+    """No CUDA needed: the device's free memory is read through torch.cuda.mem_get_info."""
+    from smc.backends.hf import CUDA_CACHE_SHARE, default_cache_budget
+    from smc.backends.kvtrie import CACHE_BUDGET_BYTES
+
+    assert default_cache_budget(torch.device("cpu")) == CACHE_BUDGET_BYTES == 1 << 30
+    seen = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: seen.append(d) or (60 << 30, 80 << 30))
+    assert default_cache_budget(torch.device("cuda", 0)) == int(CUDA_CACHE_SHARE * (60 << 30))
+    assert seen == [torch.device("cuda", 0)]
+
+
+@pytest.mark.slow
+async def test_a_population_that_outgrows_the_cache_recomputes_its_contexts(make_lm, reference):
+    """The cache must hold a population's contexts: with room for fewer positions than the
+    population holds, each step runs whole contexts again (still exact); the default budget
+    (CPU: kvtrie.CACHE_BUDGET_BYTES) runs one new position per context and step."""
+    rng = np.random.default_rng(11)
+    prompts = [random_ids(rng, 12) for _ in range(8)]
+    steps = [random_ids(rng, 6) for _ in range(8)]
+
+    async def run(lm) -> int:
+        for k in range(1, 7):
+            batch = [p + s[:k] for p, s in zip(prompts, steps)]
+            d = await lm.batch_next_token_dists(batch)
+        for ids, row in zip(batch, d.logp):
+            assert_close(row, reference(ids))
+        return lm.stats["positions_computed"]
+
+    roomy = make_lm()
+    assert roomy.trie.budget_bytes == 1 << 30
+    slot = roomy.trie.slot_bytes
+    tight = make_lm(cache_budget_bytes=40 * slot)  # the population holds 8 x 18 positions
+    assert await run(roomy) == 8 * 13 + 5 * 8  # the prompts and first tokens, then one per step
+    assert await run(tight) > 3 * (8 * 13 + 5 * 8)  # 549 when written
