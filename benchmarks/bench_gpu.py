@@ -17,11 +17,15 @@ a DynamicCache, one prefill and as many decode steps as the SMC run took, each s
 token per row on the device (log_softmax, multinomial). Target: ratio <= 1.3.
 
     python benchmarks/bench_gpu.py [--particles 16,64] [--tokens 256] [--constraints none,json]
-           [--device cuda|cpu] [--config 8b|tiny] [--tokenizer DIR]
+           [--device cuda|cpu] [--config 8b|tiny] [--tokenizer DIR] [--cache-positions K]
 
 Before the timed runs, one short SMC run and one short plain decode warm the device up (CUDA
 context, kernels, allocator), so neither side pays for the first call. ``--tokenizer DIR``: a
-folder holding the embedded model's tokenizer (default: the embedded model's converted folder).
+folder holding the embedded model's tokenizer (default: the embedded model's converted folder);
+``--cache-positions K``: the backend's cache budget as K positions' key/value states (default:
+its own, ``smc.backends.hf.default_cache_budget``); "positions computed" counts the positions
+the SMC run's forward passes computed, which rise far above steps x N when the population's
+contexts do not fit.
 """
 
 from __future__ import annotations
@@ -55,8 +59,10 @@ CONFIGS = {
 PROMPT = "Write a short note about the sea as JSON:"
 
 
-def build(config: str, device: str, tokenizer: str | None = None) -> tuple[HFLM, list[int]]:
-    """(backend over a random Llama of the named shape, prompt ids)."""
+def build(config: str, device: str, tokenizer: str | None = None,
+          cache_positions: int | None = None) -> tuple[HFLM, list[int]]:
+    """(backend over a random Llama of the named shape, prompt ids); ``cache_positions``: a
+    cache budget of that many positions' key/value states (default: the backend's own)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from smc.backends.loading import embedded_model_dir
@@ -67,8 +73,14 @@ def build(config: str, device: str, tokenizer: str | None = None) -> tuple[HFLM,
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(cfg).to(dtype)
+    if device == "cuda":
+        # the float32 copy's blocks go back to the device, so the backend's default cache
+        # budget (a share of the free memory) sees what a model loaded in bf16 leaves free
+        torch.cuda.empty_cache()
     tok = AutoTokenizer.from_pretrained(tokenizer or embedded_model_dir())
     lm = HFLM(model, tok)
+    if cache_positions is not None:
+        lm = HFLM(model, tok, cache_budget_bytes=cache_positions * lm.trie.slot_cost)
     vocab, _ = build_vocab(tok, len(tok))
     lm.vocab = vocab + synthetic_tokens(VOCAB - len(vocab))
     return lm, list(tok.encode(PROMPT))
@@ -106,14 +118,14 @@ def smc_run(lm: HFLM, prompt: list[int], constraint: str, n: int, tokens: int, d
     return time.perf_counter() - t0, r
 
 
-HEADER = ("| config | device | constraint | N | steps | SMC s | plain s | ratio | target | forward passes | full evals "
-          "| finished |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| config | device | constraint | N | steps | SMC s | plain s | ratio | target | forward passes "
+          "| positions computed | full evals | finished |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def run(config: str, device: str, particles: list[int], tokens: int, constraints: list[str],
-        tokenizer: str | None = None) -> list[dict]:
+        tokenizer: str | None = None, cache_positions: int | None = None) -> list[dict]:
     """One row per (constraint, N), each printed as it is measured."""
-    lm, prompt = build(config, device, tokenizer)
+    lm, prompt = build(config, device, tokenizer, cache_positions)
     for constraint in constraints:  # warm-up: compiled constraints, kernels, allocator
         smc_run(lm, prompt, constraint, particles[0], 4, device)
     plain_decode(lm.model, prompt, particles[0], 4, device)
@@ -121,15 +133,17 @@ def run(config: str, device: str, particles: list[int], tokens: int, constraints
     rows = []
     for constraint in constraints:
         for n in particles:
+            computed = lm.stats["positions_computed"]
             wall, r = smc_run(lm, prompt, constraint, n, tokens, device)
+            computed = lm.stats["positions_computed"] - computed
             steps = r.stats["steps"]
             plain = plain_decode(lm.model, prompt, n, steps, device)
             row = dict(config=config, device=device, constraint=constraint, N=n, steps=steps,
                        smc_s=round(wall, 3), plain_s=round(plain, 3), ratio=round(wall / plain, 2),
-                       forward_passes=r.stats["lm_forward_passes"],
+                       forward_passes=r.stats["lm_forward_passes"], positions_computed=computed,
                        full_evals=r.stats["full_evaluations"], finished=len(r.finished))
             print(f"| {config} | {device} | {constraint} | {n} | {steps} | {row['smc_s']} | {row['plain_s']} | "
-                  f"**{row['ratio']}** | 1.3 | {row['forward_passes']} | {row['full_evals']} | {row['finished']} |",
+                  f"**{row['ratio']}** | 1.3 | {row['forward_passes']} | {computed} | {row['full_evals']} | {row['finished']} |",
                   flush=True)
             rows.append(row)
     return rows
@@ -143,11 +157,13 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--config", default=None, help="8b (default on CUDA) or tiny")
     ap.add_argument("--tokenizer", help="folder of the embedded tokenizer (default: the converted model's)")
+    ap.add_argument("--cache-positions", type=int,
+                    help="cache budget in positions' key/value states (default: the backend's own budget)")
     args = ap.parse_args()
     config = args.config or ("8b" if args.device == "cuda" else "tiny")
     tokens = args.tokens or (256 if args.device == "cuda" else 16)
     run(config, args.device, [int(x) for x in args.particles.split(",")], tokens, args.constraints.split(","),
-        args.tokenizer)
+        args.tokenizer, args.cache_positions)
 
 
 if __name__ == "__main__":
