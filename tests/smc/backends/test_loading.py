@@ -55,6 +55,30 @@ def test_cache_dir_env(monkeypatch, tmp_path):
     assert cache_dir().name == "smc-steer"
 
 
+def test_converted_copy_is_keyed_by_content_not_path(tmp_path):
+    """Two environments with the same GGUF share one converted copy; another file converts again."""
+    import os
+
+    from smc.backends.loading import KEY_SPAN, converted_key
+
+    data = bytes(range(256)) * (3 * KEY_SPAN // 256)
+    a, b = tmp_path / "env1" / "m.gguf", tmp_path / "env2" / "m.gguf"
+    for path in (a, b):
+        path.parent.mkdir()
+        path.write_bytes(data)
+    os.utime(b, (0, 0))
+    assert converted_key(a) == converted_key(b)
+    tail = bytearray(data)
+    tail[-1] ^= 1  # tensor data at the end
+    b.write_bytes(bytes(tail))
+    assert converted_key(a) != converted_key(b)
+    b.write_bytes(data + b"\0")  # one byte longer
+    assert converted_key(a) != converted_key(b)
+    short = tmp_path / "short.gguf"  # shorter than the two spans
+    short.write_bytes(b"GGUF")
+    assert len(converted_key(short)) == 12
+
+
 def test_missing_package_names_the_install_command(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(
