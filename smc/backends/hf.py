@@ -207,7 +207,8 @@ class HFLM(TokenizerPrompts, AsyncLM):
             path_or_hub_id: a directory written by PEFT's ``save_pretrained`` (with
                 adapter_config.json), or a Hub id of one.
             name: the adapter's name (letters, digits, '_' and '-'); unique among loaded ones.
-            cache_budget_bytes: the view's own cache budget (default: the base's).
+            cache_budget_bytes: the view's own cache budget (default: the base's; on CUDA,
+                where that is a share of the free memory, give each of several views its own).
         """
         if name in self._adapters:
             raise ValueError(f"an adapter named {name!r} is already loaded; unload_adapter({name!r}) first")
