@@ -18,6 +18,7 @@ token per row on the device (log_softmax, multinomial). Target: ratio <= 1.3.
 
     python benchmarks/bench_gpu.py [--particles 16,64] [--tokens 256] [--constraints none,json]
            [--device cuda|cpu] [--config 8b|tiny] [--tokenizer DIR] [--cache-positions K]
+           [--repeat K]
 
 Before the timed runs, one short SMC run and one short plain decode warm the device up (CUDA
 context, kernels, allocator), so neither side pays for the first call. ``--tokenizer DIR``: a
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -123,29 +125,28 @@ HEADER = ("| config | device | constraint | N | steps | SMC s | plain s | ratio 
 
 
 def run(config: str, device: str, particles: list[int], tokens: int, constraints: list[str],
-        tokenizer: str | None = None, cache_positions: int | None = None) -> list[dict]:
-    """One row per (constraint, N), each printed as it is measured."""
+        tokenizer: str | None = None, cache_positions: int | None = None, repeat: int = 1) -> list[dict]:
+    """``repeat`` rows per (constraint, N), each printed as it is measured."""
     lm, prompt = build(config, device, tokenizer, cache_positions)
     for constraint in constraints:  # warm-up: compiled constraints, kernels, allocator
         smc_run(lm, prompt, constraint, particles[0], 4, device)
     plain_decode(lm.model, prompt, particles[0], 4, device)
     print(HEADER, flush=True)
     rows = []
-    for constraint in constraints:
-        for n in particles:
-            computed = lm.stats["positions_computed"]
-            wall, r = smc_run(lm, prompt, constraint, n, tokens, device)
-            computed = lm.stats["positions_computed"] - computed
-            steps = r.stats["steps"]
-            plain = plain_decode(lm.model, prompt, n, steps, device)
-            row = dict(config=config, device=device, constraint=constraint, N=n, steps=steps,
-                       smc_s=round(wall, 3), plain_s=round(plain, 3), ratio=round(wall / plain, 2),
-                       forward_passes=r.stats["lm_forward_passes"], positions_computed=computed,
-                       full_evals=r.stats["full_evaluations"], finished=len(r.finished))
-            print(f"| {config} | {device} | {constraint} | {n} | {steps} | {row['smc_s']} | {row['plain_s']} | "
-                  f"**{row['ratio']}** | 1.3 | {row['forward_passes']} | {computed} | {row['full_evals']} | {row['finished']} |",
-                  flush=True)
-            rows.append(row)
+    for constraint, n, _ in itertools.product(constraints, particles, range(repeat)):
+        computed = lm.stats["positions_computed"]
+        wall, r = smc_run(lm, prompt, constraint, n, tokens, device)
+        computed = lm.stats["positions_computed"] - computed
+        steps = r.stats["steps"]
+        plain = plain_decode(lm.model, prompt, n, steps, device)
+        row = dict(config=config, device=device, constraint=constraint, N=n, steps=steps,
+                   smc_s=round(wall, 3), plain_s=round(plain, 3), ratio=round(wall / plain, 2),
+                   forward_passes=r.stats["lm_forward_passes"], positions_computed=computed,
+                   full_evals=r.stats["full_evaluations"], finished=len(r.finished))
+        print(f"| {config} | {device} | {constraint} | {n} | {steps} | {row['smc_s']} | {row['plain_s']} | "
+              f"**{row['ratio']}** | 1.3 | {row['forward_passes']} | {computed} | {row['full_evals']} | {row['finished']} |",
+              flush=True)
+        rows.append(row)
     return rows
 
 
@@ -157,13 +158,14 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--config", default=None, help="8b (default on CUDA) or tiny")
     ap.add_argument("--tokenizer", help="folder of the embedded tokenizer (default: the converted model's)")
+    ap.add_argument("--repeat", type=int, default=1, help="rows per (constraint, N), for the spread")
     ap.add_argument("--cache-positions", type=int,
                     help="cache budget in positions' key/value states (default: the backend's own budget)")
     args = ap.parse_args()
     config = args.config or ("8b" if args.device == "cuda" else "tiny")
     tokens = args.tokens or (256 if args.device == "cuda" else 16)
     run(config, args.device, [int(x) for x in args.particles.split(",")], tokens, args.constraints.split(","),
-        args.tokenizer, args.cache_positions)
+        args.tokenizer, args.cache_positions, args.repeat)
 
 
 if __name__ == "__main__":

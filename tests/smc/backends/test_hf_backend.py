@@ -283,6 +283,8 @@ def test_gpu_benchmark_runs_on_cpu_with_a_tiny_config():
     assert row["steps"] == 4  # 3 tokens, then the forced EOS
     assert row["forward_passes"] == row["steps"]
     assert row["finished"] == 3 and row["smc_s"] > 0 and row["plain_s"] > 0
+    # the 10-token prompt once, then one new position per particle and step: nothing recomputed
+    assert row["positions_computed"] <= 10 + 3 * row["steps"]
 
 
 def test_default_cache_budget_is_a_share_of_free_cuda_memory(monkeypatch):
