@@ -68,7 +68,6 @@ def build(config: str, device: str, tokenizer: str | None = None,
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from smc.backends.loading import embedded_model_dir
-    from smc.backends.vocab import build_vocab
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     cfg = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=4096, **CONFIGS[config])
@@ -83,8 +82,8 @@ def build(config: str, device: str, tokenizer: str | None = None,
     lm = HFLM(model, tok)
     if cache_positions is not None:
         lm = HFLM(model, tok, cache_budget_bytes=cache_positions * lm.trie.slot_cost)
-    vocab, _ = build_vocab(tok, len(tok))
-    lm.vocab = vocab + synthetic_tokens(VOCAB - len(vocab))
+    # the backend's vocabulary is the tokenizer's (the model's rows beyond it are dropped)
+    lm.vocab = lm.vocab + synthetic_tokens(VOCAB - len(lm.vocab))
     return lm, list(tok.encode(PROMPT))
 
 
