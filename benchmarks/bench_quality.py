@@ -14,7 +14,7 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     unconstrained        one sample with no constraint (budget max_tokens + 32: the model may
                          chat before answering), read as a user would (quality_tasks.parse_answer:
                          outermost {...}, first regex match, first grammar line)
-    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME]
+    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME][:power=A]
                          SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
                          grammar tasks), and with ``budget`` the smc.engine.critics.BudgetCritic critic
@@ -25,7 +25,8 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
                          defaults.PER_BYTE, with hold_literals set);
                          ``islands=K``: smc.generate(islands=K) (default: generate's own default;
                          ``islands=1`` is plain SMC); ``resampling=NAME``:
-                         smc.generate(resampling=NAME) (default: generate's own)
+                         smc.generate(resampling=NAME) (default: generate's own); ``power=A``:
+                         smc.generate(resampling_power=A) (default: generate's own)
 
 Summary: per method and N, the mean of each quantity over runs with a 95% bootstrap interval
 (runs resampled with replacement, 2000 times); "finished where masking finished": among the
@@ -84,16 +85,18 @@ DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
 
 
 def parse_method(spec: str) -> dict:
-    """'unconstrained' or 'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME]'
+    """'unconstrained' or
+    'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME][:power=A]'
     -> {sampler, whitespace, critic: (rate, per_byte, hold_literals or None: N's default) or None,
-    islands, resampling}."""
+    islands, resampling, power}."""
     if spec == "unconstrained":
-        return {"sampler": None, "whitespace": None, "critic": None, "islands": None, "resampling": None}
+        return {"sampler": None, "whitespace": None, "critic": None, "islands": None, "resampling": None,
+                "power": None}
     parts = spec.split(":")
     if parts[0] not in SAMPLER_NAMES:
         raise ValueError(f"unknown method {spec!r}: start with unconstrained, {', '.join(SAMPLER_NAMES)}")
     ws: str | int = "compact"
-    rate, per_byte, hold, islands, resampling = None, None, None, None, None
+    rate, per_byte, hold, islands, resampling, power = None, None, None, None, None, None
     for p in parts[1:]:
         if p in ("compact", "flexible"):
             ws = p
@@ -109,6 +112,8 @@ def parse_method(spec: str) -> dict:
             islands = int(p[8:])
         elif p.startswith("resampling="):
             resampling = p[11:]
+        elif p.startswith("power="):
+            power = float(p[6:])
         else:
             raise ValueError(f"unknown part {p!r} in method {spec!r}")
     critic = None
@@ -117,7 +122,7 @@ def parse_method(spec: str) -> dict:
     if rate is not None or per_byte is not None:
         critic = (1.0 if rate is None else rate, per_byte or 0.0, hold)
     return {"sampler": parts[0], "whitespace": ws, "critic": critic, "islands": islands,
-            "resampling": resampling}
+            "resampling": resampling, "power": power}
 
 
 def run_key(method: str, n: int, task: qt.Task, seed: int) -> tuple:
@@ -127,7 +132,7 @@ def run_key(method: str, n: int, task: qt.Task, seed: int) -> tuple:
     m = parse_method(method)
     islands = m["islands"] or (islands_for(n) if m["sampler"] else None)
     return (task.name, m["sampler"], m["whitespace"] if task.family == "json" else None,
-            m["critic"], islands, m["resampling"], n, seed)
+            m["critic"], islands, m["resampling"], m["power"], n, seed)
 
 
 def constraint_for(task: qt.Task, whitespace):
@@ -167,7 +172,8 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
     r = smc.generate(task.prompt, constraint_for(task, m["whitespace"]), lm=lm, particles=n,
                      max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
                      ess_threshold=ess_threshold, progress=False, critic=critic, islands=m["islands"],
-                     **({} if m["resampling"] is None else {"resampling": m["resampling"]}))
+                     **({} if m["resampling"] is None else {"resampling": m["resampling"]}),
+                     **({} if m["power"] is None else {"resampling_power": m["power"]}))
     wall = time.perf_counter() - t0
     post = r.posterior
     acc = val = 0.0

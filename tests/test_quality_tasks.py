@@ -165,12 +165,13 @@ def test_summary_pairs_each_method_with_the_baseline_it_is_given():
 def test_method_spec_names_every_setting_it_passes_on():
     import bench_quality
 
-    m = bench_quality.parse_method("awrs:flexible:per_byte=0.5:islands=1:resampling=systematic")
+    m = bench_quality.parse_method("awrs:flexible:per_byte=0.5:islands=1:resampling=systematic:power=0.5")
     assert m == {"sampler": "awrs", "whitespace": "flexible", "critic": (1.0, 0.5, None), "islands": 1,
-                 "resampling": "systematic"}
+                 "resampling": "systematic", "power": 0.5}
     # hold alone: the default twist with its hold set
     assert bench_quality.parse_method("awrs:flexible:hold=0")["critic"] == (1.0, 0.5, False)
     assert bench_quality.parse_method("masking:flexible")["resampling"] is None  # generate's default
+    assert bench_quality.parse_method("masking:flexible")["power"] is None
     with pytest.raises(ValueError, match="unknown part 'resample=x'"):
         bench_quality.parse_method("awrs:resample=x")
 
@@ -181,7 +182,8 @@ def test_cells_differing_in_any_setting_are_different_runs():
     task = qt.select("json-00")[0]
     base = bench_quality.run_key("awrs:flexible:islands=1", 8, task, 0)
     for other in ("awrs:flexible:islands=1:resampling=systematic", "awrs:flexible:islands=1:per_byte=0.5",
-                  "awrs:compact:islands=1", "direct:flexible:islands=1", "awrs:flexible:islands=2"):
+                  "awrs:compact:islands=1", "direct:flexible:islands=1", "awrs:flexible:islands=2",
+                  "awrs:flexible:islands=1:power=1"):
         assert bench_quality.run_key(other, 8, task, 0) != base, other
     # the same run under two names: N = 8 is one population by default
     assert bench_quality.run_key("awrs:flexible", 8, task, 0) == base

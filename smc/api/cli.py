@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ess-threshold", type=float, default=None,
                    help=f"resample when ESS < this * N (default {defaults.ESS_THRESHOLD}; 0: never)")
     g.add_argument("--resampling", default=None, help=f"scheme (default {defaults.RESAMPLING})")
+    g.add_argument("--resampling-power", type=float, default=None,
+                   help="0 < A <= 1: draw ancestors by the weights to the power A, the children "
+                        f"carrying the rest (default under a JSON Schema {defaults.RESAMPLING_POWER} "
+                        f"below {defaults.RESAMPLING_POWER_BELOW} particles, else 1)")
     g.add_argument("--method", choices=list(METHODS), default=None,
                    help="smc (default); beam / top_k: --particles best sequences (deterministic); "
                         "steer: without-replacement steering (see docs/beam.md)")
@@ -212,7 +216,7 @@ def _constraint(args: argparse.Namespace):
 #: flag -> Request field, for the settings that are passed only when given (the Request holds
 #: the defaults, smc.core.defaults)
 SETTING_FLAGS = ("particles", "max_tokens", "seed", "islands", "finish_share", "lookahead", "per_byte",
-                 "sampler", "ess_threshold", "resampling", "method", "n_beam", "max_expansions",
+                 "sampler", "ess_threshold", "resampling", "resampling_power", "method", "n_beam", "max_expansions",
                  "checkpoint", "temperature", "top_p")
 
 

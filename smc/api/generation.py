@@ -186,6 +186,7 @@ async def arun(
             request.particles,
             ess_threshold=request.ess_threshold,
             resampling=request.resampling,
+            resampling_power=request.resampling_power,
             seed=request.seed,
             critic=request_critic(request),
             progress=progress,
@@ -287,8 +288,9 @@ def generate(
     ``smc.Request`` of its arguments (validated once, before any work) and runs it;
     ``generate(request, lm=lm)`` runs a Request built before. The settings are the Request's
     fields (``smc.Request``: particles, max_tokens, seed, sampler, sampler_options,
-    ess_threshold, resampling, islands, finish_share, lookahead, per_byte, method, n_beam, max_expansions,
-    critic, checkpoint, chat, temperature, top_p; defaults in ``smc.core.defaults``).
+    ess_threshold, resampling, resampling_power, islands, finish_share, lookahead, per_byte, method,
+    n_beam, max_expansions, critic, checkpoint, chat, temperature, top_p; defaults in
+    ``smc.core.defaults``).
 
     Args:
         prompt: text, a list of chat messages, token ids, or a Request.

@@ -87,8 +87,8 @@ class Limits:
 
 #: the Request's settings a body may set by name (its JSON-valued SMC settings; files and
 #: Python objects such as checkpoint and critic are not among them)
-SMC_FIELDS = ("particles", "sampler", "sampler_options", "ess_threshold", "resampling", "islands",
-              "finish_share", "lookahead", "per_byte", "method", "n_beam")
+SMC_FIELDS = ("particles", "sampler", "sampler_options", "ess_threshold", "resampling", "resampling_power",
+              "islands", "finish_share", "lookahead", "per_byte", "method", "n_beam")
 
 #: fields of OpenAI's or vLLM's sampling that change nothing at the value given here (their
 #: default) and are refused at any other: field -> (allowed values, what the server does instead)

@@ -3,8 +3,8 @@
 A Request holds the prompt, the constraint and every setting of a run; it is checked once,
 where it is built, and never again. ``smc.generate``, the CLI, checkpoints, the HTTP server and
 the batch runner all build and read this one value. Defaults come from ``smc.core.defaults``
-and are resolved when the Request is built (``RESOLVED``: islands, lookahead, per_byte, n_beam,
-max_expansions), so a Request says
+and are resolved when the Request is built (``RESOLVED``: islands, lookahead, per_byte,
+resampling_power, n_beam, max_expansions), so a Request says
 exactly what will run.
 
 JSON form (``Request.from_json`` / ``to_json``): the prompt (text, chat messages or token ids),
@@ -139,6 +139,10 @@ class Request:
             early_fallback; see its class).
         ess_threshold: resample when ESS < ess_threshold * N (0: never, importance sampling).
         resampling: "multinomial", "stratified", "systematic" or "residual".
+        resampling_power: a in (0, 1]: ancestors are drawn by the weights to the power a, the
+            children carrying the rest (``smc.engine.smc``); None:
+            ``defaults.resampling_power_for(particles)`` for an SMC run under a JSONSchema
+            (0.5 below 16 particles), else 1 (docs/quality.md).
         islands: K, a divisor of N: K independent SMC islands (None: ``defaults.islands_for``).
         finish_share: s in [0, 1): bank s of the EOS mass wherever the text could end.
         lookahead: rate >= 0 of the lookahead twist (None: ``defaults.LOOKAHEAD`` for an SMC
@@ -178,6 +182,7 @@ class Request:
     sampler_options: Mapping[str, Any] = field(default_factory=dict)
     ess_threshold: float = defaults.ESS_THRESHOLD
     resampling: str = defaults.RESAMPLING
+    resampling_power: float | None = None
     islands: int | None = None
     finish_share: float = defaults.FINISH_SHARE
     lookahead: float | None = None
@@ -222,7 +227,8 @@ class Request:
             islands = defaults.islands_for(int(self.particles)) if self.method == "smc" and _is_int(self.particles) else 1
         elif self.method != "smc" and islands != 1:
             raise InvalidArgument(f"islands is for method='smc' runs, not method={self.method!r}")
-        _checked(check_smc_args, self.particles, self.ess_threshold, self.resampling, self.seed, islands)
+        power = 1.0 if self.resampling_power is None else self.resampling_power
+        _checked(check_smc_args, self.particles, self.ess_threshold, self.resampling, self.seed, islands, power)
         set_("particles", int(self.particles))
         set_("islands", int(islands))
         set_("ess_threshold", float(self.ess_threshold))
@@ -259,6 +265,7 @@ class Request:
         set_("finish_share", share)
         set_("lookahead", self._lookahead())
         set_("per_byte", self._per_byte())
+        set_("resampling_power", self._resampling_power())
         if self.checkpoint is not None:
             if self.method != "smc":
                 raise InvalidArgument(f"checkpoint is for method='smc' runs, not method={self.method!r}")
@@ -319,6 +326,18 @@ class Request:
             raise InvalidArgument("per_byte sets the budget twist, which is a critic: give per_byte or critic, not both")
         return rate
 
+    def _resampling_power(self) -> float:
+        """The run's resampling power: when not given, ``defaults.resampling_power_for`` for an
+        SMC run under a JSONSchema with an SMC sampler (where it was measured), else 1; a given
+        power (checked with the other SMC settings) is other than 1 only for an SMC run."""
+        if self.resampling_power is None:
+            measured = isinstance(self.constraint, JSONSchema) and self.method == "smc" and self.sampler != "masking"
+            return defaults.resampling_power_for(self.particles) if measured else 1.0
+        power = float(self.resampling_power)
+        if power != 1.0 and self.method != "smc":
+            raise InvalidArgument(f"resampling_power is for method='smc' runs, not method={self.method!r}")
+        return power
+
     # -- JSON form
     @classmethod
     def from_json(cls, obj: Any) -> "Request":
@@ -375,10 +394,10 @@ class Request:
 
 
 #: the fields whose default depends on others (None: resolved when the Request is built)
-RESOLVED = ("islands", "lookahead", "per_byte", "n_beam", "max_expansions")
+RESOLVED = ("islands", "lookahead", "per_byte", "resampling_power", "n_beam", "max_expansions")
 #: the fields a request's JSON form may hold
 JSON_FIELDS = ("prompt", "constraint", "model", "particles", "max_tokens", "seed", "sampler",
-               "sampler_options", "ess_threshold", "resampling", "islands", "finish_share",
+               "sampler_options", "ess_threshold", "resampling", "resampling_power", "islands", "finish_share",
                "lookahead", "per_byte", "method", "n_beam", "max_expansions", "chat", "temperature", "top_p",
                "tools")
 #: the fields that exist only in Python (or, for checkpoint, the local CLI)

@@ -23,6 +23,13 @@ raised, else T / n. Priorities chosen from the current population keep the popul
 weighted and the mean weight an unbiased estimate of Z (E[sum over the children of w f(x)] =
 sum_i w_i f(x_i) given the population); without held particles this is plain resampling.
 
+``resampling_power=a`` in (0, 1] draws ancestors by priorities w_i^a instead of w_i (the held
+particles' raised on top of these), and a child of a then gets (T / n) w_a / w_a^a: a lineage
+ahead by d nats gets the children of a lead of a d, and its children carry the rest, so
+selection on a gap spreads over several resamplings instead of one. A particle that leads only
+because its costs are still to come (a JSON key the model will not want to write) then leaves
+room for the others until those costs come due. Same rule of priorities, same guarantee.
+
 Finished particles keep their weight and wait (they take part in resampling); particles of
 weight -inf are not stepped again but stay in the population (resampling removes them). The run
 ends when no live unfinished particle remains, or after ``max_steps`` steps (default
@@ -77,12 +84,13 @@ MAX_PARTICLES = 100_000
 
 
 def check_smc_args(
-    particles: Any, ess_threshold: Any, resampling: Any, seed: Any = None, islands: Any = 1
+    particles: Any, ess_threshold: Any, resampling: Any, seed: Any = None, islands: Any = 1,
+    resampling_power: Any = 1.0,
 ) -> None:
     """TypeError/ValueError naming the first bad argument: ``particles`` not an integer in
     [1, MAX_PARTICLES], ``ess_threshold`` not a number in [0, 1], an unknown resampling scheme,
-    ``seed`` neither None nor a non-negative integer, or ``islands`` not a divisor of
-    ``particles``."""
+    ``seed`` neither None nor a non-negative integer, ``islands`` not a divisor of
+    ``particles``, or ``resampling_power`` not a number in (0, 1]."""
     if isinstance(particles, bool) or not isinstance(particles, (int, np.integer)) or particles < 1:
         raise ValueError(f"particles must be an integer >= 1, got {particles!r}")
     if particles > MAX_PARTICLES:
@@ -101,6 +109,10 @@ def check_smc_args(
         raise ValueError(f"islands must be an integer >= 1, got {islands!r}")
     if particles % islands:
         raise ValueError(f"islands={islands} must divide particles={particles} (equal islands)")
+    if isinstance(resampling_power, bool) or not isinstance(
+        resampling_power, (int, float, np.integer, np.floating)
+    ) or not 0.0 < resampling_power <= 1.0:
+        raise ValueError(f"resampling_power must be a number in (0, 1], got {resampling_power!r}")
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be a non-negative integer or None, got {seed!r} ({type(seed).__name__})")
@@ -114,6 +126,7 @@ async def smc(
     *,
     ess_threshold: float = defaults.ESS_THRESHOLD,
     resampling: str = defaults.RESAMPLING,
+    resampling_power: float = 1.0,
     seed: int | None = defaults.SEED,
     critic: Critic | None = None,
     max_steps: int | None = defaults.MAX_STEPS,
@@ -131,6 +144,8 @@ async def smc(
         particles: N >= 1.
         ess_threshold: resample when ESS < ess_threshold * N; 0 = importance sampling.
         resampling: "multinomial", "stratified", "systematic" or "residual".
+        resampling_power: a in (0, 1]: ancestors are drawn by priorities w_i^a (module
+            docstring); 1 (default) is plain resampling.
         seed: seeds all randomness (None: fresh entropy).
         critic: optional log twist psi(particle) applied after each step to unfinished
             particles (and removed before the next one), to steer resampling; not called
@@ -158,7 +173,7 @@ async def smc(
             stream the text all particles share; reads only, so results are the same with or
             without it.
     """
-    check_smc_args(particles, ess_threshold, resampling, seed, islands)
+    check_smc_args(particles, ess_threshold, resampling, seed, islands, resampling_power)
     get_scheme(resampling)
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
                                   or max_steps < 0):
@@ -168,7 +183,8 @@ async def smc(
     if checkpoint is not None:
         writer = CheckpointWriter(checkpoint, *(checkpoint_program or ()))
     n = int(particles)
-    settings = dict(particles=n, ess_threshold=float(ess_threshold), resampling=resampling, seed=None if seed is None else int(seed),
+    settings = dict(particles=n, ess_threshold=float(ess_threshold), resampling=resampling,
+                    resampling_power=float(resampling_power), seed=None if seed is None else int(seed),
                     max_steps=max_steps, progress_total=progress_total, critic=critic is not None,
                     islands=int(islands))
     counters = RunCounters()
@@ -200,6 +216,8 @@ async def run_steps(
     cfg = run.settings
     n, ess_threshold, max_steps = cfg["particles"], cfg["ess_threshold"], cfg["max_steps"]
     scheme = get_scheme(cfg["resampling"])
+    # checkpoints written before the power existed resampled by the weights
+    power = cfg.get("resampling_power", 1.0)
     islands = np.arange(n).reshape(cfg.get("islands", 1), -1)
     # a twist acts only through resampling, which never happens with ess_threshold 0 and keeps
     # an island of one particle as it is: then the critic is not called (its searches cost time)
@@ -249,7 +267,7 @@ async def run_steps(
                     """Asked by _resample only where an island resamples (most steps none)."""
                     return holds is not None and i in live_set and bool(holds(pop[i]))
 
-                ancestors, weights = _resample(lw, islands, ess_threshold, scheme, rng, held)
+                ancestors, weights = _resample(lw, islands, ess_threshold, scheme, rng, held, power)
                 if ancestors is not None:
                     used: set[int] = set()
                     new = []
@@ -338,21 +356,22 @@ async def aresume_run(
 
 def _resample(
     lw: np.ndarray, islands: np.ndarray, ess_threshold: float, scheme: Any, rng: np.random.Generator,
-    held: Callable[[int], bool],
+    held: Callable[[int], bool], power: float = 1.0,
 ) -> tuple[np.ndarray | None, list]:
     """Ancestors for the next step (None when no island resamples) and each new particle's
     log weight (None to keep its own). Island g (a row of ``islands``, particle indices) is
     resampled when 0 < ESS(lw[g]) < ess_threshold * |g|: ancestors are drawn with probability
-    proportional to the priorities exp(lp) of ``_protected(lw[g], h)``, h = ``held(i)`` for
-    each i in g, and a child of a gets mean(exp(lp)) * w_a / exp(lp_a): the mean priority (the
-    island's mean weight when none is raised), or for a raised ancestor its own weight."""
+    proportional to the priorities exp(lp) of ``_protected(power * lw[g], h)``, h =
+    ``held(i)`` for each i in g, and a child of a gets mean(exp(lp)) * w_a / exp(lp_a): with
+    power 1 the mean priority (the island's mean weight when none is raised), or for a raised
+    ancestor its own weight."""
     ancestors = None
     weights: list = [None] * len(lw)
     for g in islands:
         e = compute_ess(lw[g])
         if e > 0 and e < ess_threshold * len(g):
             h = np.array([held(int(i)) for i in g], dtype=bool)
-            lp, raised = _protected(lw[g], h)
+            lp, raised = _protected(power * lw[g], h)
             total = logsumexp(lp)
             picks = scheme(np.exp(lp - total), len(g), rng)
             if ancestors is None:
@@ -360,16 +379,17 @@ def _resample(
             ancestors[g] = g[picks]
             mean = total - math.log(len(g))
             for i, a in zip(g, picks):
-                weights[i] = float(lw[g[a]]) if raised[a] else mean
+                a_lw = float(lw[g[a]])
+                weights[i] = a_lw if raised[a] else mean + (a_lw - float(lp[a]))
     return ancestors, weights
 
 
 def _protected(lw: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(log priorities lp, raised): lp_i = log(T / n) for the held particles whose weight is
+    """(log priorities lp, raised): lp_i = log(T / n) for the held particles whose priority lw_i is
     below T / n, lp_i = lw_i for the others, with T = sum_i exp(lp_i), so that each held
     particle has an expected number of children of at least 1 (exactly 1, the raised ones).
-    T solves T = U / (1 - |R| / n), U the weight of the particles not raised (R): raising a
-    particle of weight below T / n raises T, so R grows until no held particle is below."""
+    T solves T = U / (1 - |R| / n), U the priority of the particles not raised (R): raising a
+    particle below T / n raises T, so R grows until no held particle is below."""
     n = len(lw)
     raised = np.zeros(n, dtype=bool)
     while True:

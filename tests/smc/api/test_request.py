@@ -237,6 +237,50 @@ def test_per_byte_twist_is_on_for_an_smc_or_beam_run_under_a_json_schema():
         Request("hi", None, per_byte=0.5)
 
 
+def test_resampling_power_is_below_1_for_few_particles_under_a_json_schema():
+    """defaults.resampling_power_for(N) for an SMC run under a JSONSchema (RESAMPLING_POWER
+    below RESAMPLING_POWER_BELOW particles), else 1; a given power is kept, checked to lie in
+    (0, 1], and refused (other than 1) by the methods that do not resample."""
+    schema = JSONSchema({"type": "object"})
+    few, many = defaults.RESAMPLING_POWER_BELOW - 1, defaults.RESAMPLING_POWER_BELOW
+    assert defaults.RESAMPLING_POWER < 1
+    assert Request("hi", schema, particles=few).resampling_power == defaults.RESAMPLING_POWER
+    assert Request("hi", schema, particles=many).resampling_power == 1.0
+    assert Request("hi", Regex("a+"), particles=few).resampling_power == 1.0
+    assert Request("hi", schema, particles=few, sampler="masking").resampling_power == 1.0
+    assert Request("hi", schema, particles=few, method="beam").resampling_power == 1.0
+    assert Request("hi", Regex("a+"), particles=few, resampling_power=0.3).resampling_power == 0.3
+    r = Request("hi", schema, particles=few)
+    assert r.replace(particles=many).resampling_power == 1.0
+    assert r.replace(constraint=Regex("a+")).resampling_power == 1.0
+    as_json = Request("hi", {"json_schema": {"type": "object"}}, particles=few).to_json()
+    assert as_json["resampling_power"] == defaults.RESAMPLING_POWER
+    assert Request.from_json(as_json).resampling_power == defaults.RESAMPLING_POWER
+    for bad in (0, 0.0, -0.5, 1.5, float("nan"), True, "half"):
+        with pytest.raises(ValueError, match="resampling_power must be a number in \\(0, 1\\]"):
+            Request("hi", schema, resampling_power=bad)
+    with pytest.raises(ValueError, match="resampling_power is for method='smc' runs"):
+        Request("hi", schema, method="beam", resampling_power=0.5)
+
+
+async def test_the_run_resamples_by_the_power_its_request_names(monkeypatch):
+    """generate passes the request's resolved power to the SMC loop."""
+    import smc.api.generation as generation
+
+    seen = []
+    real = generation.smc
+
+    async def spy(*args, resampling_power=1.0, **kw):
+        seen.append(resampling_power)
+        return await real(*args, resampling_power=resampling_power, **kw)
+
+    monkeypatch.setattr(generation, "smc", spy)
+    schema = JSONSchema({"type": "boolean"})
+    for settings in ({}, {"resampling_power": 0.25}, {"particles": defaults.RESAMPLING_POWER_BELOW}):
+        await smc.agenerate("", schema, lm=toy(), **{"particles": 4, **settings}, max_tokens=6, progress=False)
+    assert seen == [defaults.RESAMPLING_POWER, 0.25, 1.0]
+
+
 @pytest.mark.parametrize("method, runner", [("smc", "smc"), ("beam", "run_search")])
 def test_the_run_gets_the_budget_twist_its_request_names(monkeypatch, method, runner):
     """The SMC loop, or beam search (its ranking), gets BudgetCritic(per_byte) by default under

@@ -303,20 +303,24 @@ class PartlyRated:
         return None if len(particle.text().encode()) % 2 else await self.critic(particle)
 
 
-@pytest.mark.parametrize("sampler,critic,ess,toy,islands", [
-    ("awrs", BudgetCritic(rate=0.0, per_byte=0.8), 1.0, "json", 1),
-    ("direct", BudgetCritic(rate=1.0, per_byte=0.3), 0.5, "json", 1),
-    ("awrs", PartlyRated(BudgetCritic(rate=0.0, per_byte=0.8)), 1.0, "json", 1),
-    ("awrs", Counting(BudgetCritic(rate=0.0, per_byte=0.8, hold_literals=True)), 1.0, "split", 1),
-    ("direct", Counting(BudgetCritic(rate=1.0, per_byte=0.3, hold_literals=True)), 0.5, "split", 1),
-    ("awrs", Counting(BudgetCritic(rate=0.0, per_byte=0.8, hold_literals=True)), 1.0, "split", 2),
+@pytest.mark.parametrize("sampler,critic,ess,toy,islands,power", [
+    ("awrs", BudgetCritic(rate=0.0, per_byte=0.8), 1.0, "json", 1, 1.0),
+    ("direct", BudgetCritic(rate=1.0, per_byte=0.3), 0.5, "json", 1, 1.0),
+    ("awrs", PartlyRated(BudgetCritic(rate=0.0, per_byte=0.8)), 1.0, "json", 1, 1.0),
+    ("awrs", Counting(BudgetCritic(rate=0.0, per_byte=0.8, hold_literals=True)), 1.0, "split", 1, 1.0),
+    ("direct", Counting(BudgetCritic(rate=1.0, per_byte=0.3, hold_literals=True)), 0.5, "split", 1, 1.0),
+    ("awrs", Counting(BudgetCritic(rate=0.0, per_byte=0.8, hold_literals=True)), 1.0, "split", 2, 1.0),
+    ("direct", BudgetCritic(rate=1.0, per_byte=0.3), 0.5, "json", 1, 0.5),
+    ("awrs", Counting(BudgetCritic(rate=0.0, per_byte=0.8, hold_literals=True)), 1.0, "split", 2, 0.5),
 ])
-def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sampler, critic, ess, toy, islands):
+def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sampler, critic, ess, toy, islands, power):
     """E[Ẑ] = Z and E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for every s, by
     enumeration of the target (JSON_T tokens), with the per-byte twist as the critic (in the
     third case one that rates only some particles, so some steps go untwisted; in the last three
     a key split over two tokens, so particles inside it are held, their resampling priorities
-    raised; in the last in 2 islands of 2, as the defaults combine islands and the hold)."""
+    raised; in the sixth and the last in 2 islands of 2, as the defaults combine islands and the
+    hold; in the last two with ancestors drawn by the weights to the power 0.5, as the defaults
+    below 16 particles do)."""
     lm, phi, t = (JSON_LM, JSON_PHI, JSON_T) if toy == "json" else (SPLIT_LM, SPLIT_PHI, SPLIT_T)
     target = exact_target(lm, lambda x: asyncio.run(phi.complete(x)), t, lambda x: asyncio.run(phi.prefix(x)))
     assert len(target) >= 4
@@ -327,7 +331,7 @@ def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sample
         zs, mass, twisted = [], [], 0
         for seed in range(1000):
             r = await smc(model, 4, ess_threshold=ess, resampling="multinomial", seed=seed, critic=critic,
-                          islands=islands, progress=False)
+                          islands=islands, resampling_power=power, progress=False)
             zs.append(math.exp(r.log_ml))
             twisted += r.stats["resampling_events"]
             m = {}

@@ -73,6 +73,9 @@ CONFIGS = {
     "N8-bank-islands2-direct": ("alt", PREDICATE, 3, "direct", 8, 0.5, "systematic", None, 2000),
     "N4-lookahead-awrs": ("digits", LOOKAHEAD, 3, "awrs", 4, 0.5, "multinomial", None, 2000),
     "N4-lookahead-bank-direct": ("digits", LOOKAHEAD, 3, "direct", 4, 1.0, "systematic", None, 2000),
+    "N4-power-half-systematic-awrs": ("alt", PREDICATE, 3, "awrs", 4, 0.5, "systematic", None, 2000),
+    "N4-power-critic-multinomial-awrs": ("alt", PREDICATE, 3, "awrs", 4, 1.0, "multinomial", critic, 2000),
+    "N8-power-islands2-always-regex": ("digits", REGEX, 3, "direct", 8, 1.0, "systematic", None, 2000),
 }
 #: finish_share per configuration (default 0: no finished copies banked)
 FINISH_SHARE = {"N4-bank-half-rare-eos-awrs": 0.5, "N4-bank-regex-always-direct": 0.9,
@@ -80,7 +83,10 @@ FINISH_SHARE = {"N4-bank-half-rare-eos-awrs": 0.5, "N4-bank-regex-always-direct"
                 "N4-lookahead-bank-direct": 0.5}
 #: islands per configuration (default 1: plain SMC)
 ISLANDS = {"N8-islands4-always-multinomial-awrs": 4, "N6-islands3-half-systematic-regex": 3,
-           "N8-bank-islands2-direct": 2}
+           "N8-bank-islands2-direct": 2, "N8-power-islands2-always-regex": 2}
+#: resampling_power per configuration (default 1: ancestors drawn by their weights)
+POWER = {"N4-power-half-systematic-awrs": 0.5, "N4-power-critic-multinomial-awrs": 0.3,
+         "N8-power-islands2-always-regex": 0.5}
 
 
 @lru_cache(maxsize=None)
@@ -94,7 +100,8 @@ def runs(name):
         zs, mass = [], []
         for seed in range(reps):
             r = await smc(model, n, ess_threshold=ess, resampling=scheme, seed=seed,
-                          critic=crit, progress=False, islands=ISLANDS.get(name, 1))
+                          critic=crit, progress=False, islands=ISLANDS.get(name, 1),
+                          resampling_power=POWER.get(name, 1.0))
             zs.append(math.exp(r.log_ml))
             m = {}
             for s in r.samples:
@@ -124,7 +131,7 @@ def test_z_hat_is_unbiased(name):
 @pytest.mark.parametrize("name", ["N4-half-stratified-awrs", "N16-always-systematic-direct",
                                   "N4-critic-multinomial-awrs", "N4-critic-systematic-awrs", "N4-regex-awrs",
                                   "N4-lookahead-awrs",
-                                  *sorted(set(ISLANDS) | set(FINISH_SHARE))])
+                                  *sorted(set(ISLANDS) | set(FINISH_SHARE) | set(POWER))])
 def test_weighted_indicator_identity(name):
     """E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for every string s."""
     _, mass = runs(name)
@@ -244,9 +251,28 @@ async def test_bad_engine_arguments():
     model = ConstrainedGeneration(make_sampler("direct", LMS["alt"]), 2)
     for kw, msg in [({"particles": 0}, "particles"), ({"ess_threshold": 1.5}, "ess_threshold"),
                     ({"resampling": "magic"}, "resampling"), ({"particles": 4, "islands": 3}, "islands"),
-                    ({"islands": 0}, "islands"), ({"islands": True}, "islands")]:
+                    ({"islands": 0}, "islands"), ({"islands": True}, "islands"),
+                    ({"resampling_power": 0}, "resampling_power"), ({"resampling_power": 1.5}, "resampling_power"),
+                    ({"resampling_power": True}, "resampling_power"),
+                    ({"resampling_power": "half"}, "resampling_power")]:
         with pytest.raises(ValueError, match=msg):
             await smc(model, **kw)
+
+
+async def test_a_resampling_power_below_1_keeps_more_lineages():
+    """Priorities w^a with a < 1 spread selection over several resamplings: on the same seeds
+    each resampling keeps more distinct ancestors than plain resampling does."""
+    model = ConstrainedGeneration(make_sampler("direct", LMS["digits"], REGEX), 4)
+
+    async def distinct(power):
+        kept = []
+        for seed in range(40):
+            r = await smc(model, 8, ess_threshold=1.0, seed=seed, resampling_power=power, progress=False)
+            kept += [len(set(rec.ancestors)) for rec in r.history if rec.ancestors is not None]
+        return np.mean(kept)
+
+    plain, tempered = await distinct(1.0), await distinct(0.3)
+    assert tempered > plain + 0.5, (plain, tempered)
 
 
 def test_the_lookahead_twist_is_not_trivial_in_these_runs():

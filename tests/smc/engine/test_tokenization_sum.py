@@ -1,6 +1,7 @@
 """SMC on the embedded model against the exact Z of a finite language, summed over every
 tokenization: with and without the per-byte twist, and with the twist protecting begun
-literals (the texts as a JSON enum), E[Ẑ] = Z and E[Ẑ post(s)] = Z pi(s).
+literals and ancestors drawn by the weights to a power (the texts as a JSON enum, under the
+defaults of a JSON Schema), E[Ẑ] = Z and E[Ẑ post(s)] = Z pi(s).
 
 For a finite set of texts L the target is
 
@@ -21,6 +22,7 @@ import pytest
 import smc
 from potentials import JSONSchema, Regex
 from smc.api.generation import prompt_ids_for
+from smc.core import defaults
 from smc.engine.critics import BudgetCritic
 
 # log of the exact target mass: Red -4.3, Blue -7.4, Green -7.6, Purple -9.0 (4, 6, 12 and 14
@@ -110,7 +112,9 @@ async def test_smc_matches_the_sum_over_every_tokenization(embedded_lm):
 @pytest.mark.slow
 async def test_protected_literals_keep_the_sum_over_every_tokenization(embedded_lm):
     """The same as JSON strings, an enum: inside a begun value ('"Pur') the twist holds the
-    particle, so resampling raises its priority; the target and Ẑ stay exact."""
+    particle, so resampling raises its priority, on top of priorities that are the weights to
+    the power ``defaults.RESAMPLING_POWER`` (the defaults of a JSON Schema at 4 particles);
+    the target and Ẑ stay exact."""
     lm = embedded_lm
     prompt = prompt_ids_for(lm, smc.Request(PROMPT, max_tokens=MAX_TOKENS))
     exact = await exact_masses(lm, prompt, {json.dumps(s): json.dumps(s).encode() for s in TEXTS})
@@ -118,5 +122,7 @@ async def test_protected_literals_keep_the_sum_over_every_tokenization(embedded_
     held = []
     real = critic.holds
     critic.holds = lambda p: held.append(real(p)) or held[-1]  # count the particles held
-    await check_runs(lm, JSONSchema({"enum": TEXTS}, whitespace="compact"), critic, exact)
+    constraint = JSONSchema({"enum": TEXTS}, whitespace="compact")
+    assert smc.Request(PROMPT, constraint, particles=4).resampling_power == defaults.RESAMPLING_POWER < 1
+    await check_runs(lm, constraint, critic, exact)
     assert any(held)
