@@ -78,7 +78,9 @@ HOLD_LITERALS_BELOW = 32
 #: against power 1 (benchmarks/RESULTS.md, "Resampling by the weights to a power"): the 30 JSON
 #: tasks over 20 seeds, log Ẑ +0.46 [+0.29, +0.64] at N = 4 and +0.48 [+0.30, +0.66] at N = 8,
 #: accuracy level (-0.00, +0.01); Ada (40 seeds) level at both (accuracy -0.00 and +0.00, log
-#: Ẑ -0.07 and -0.02), where not resampling at all lost 0.09 of accuracy at N = 8
+#: Ẑ -0.07 and -0.02), where not resampling at all lost 0.09 of accuracy at N = 8. At N = 16,
+#: in 2 islands of 8, it cost Ada accuracy (-0.05 [-0.09, -0.01], 40 seeds) and moved nothing
+#: on the JSON tasks (120 runs): hence RESAMPLING_POWER_BELOW
 RESAMPLING_POWER = 0.5
 RESAMPLING_POWER_BELOW = 16
 
