@@ -21,6 +21,7 @@ import pytest
 
 import smc
 import smc.engine.checkpoint as ck
+from smc.core import defaults
 from tests.checkpoint_programs import CONSTRAINT, Words, make_lm
 from potentials import JSONSchema, Predicate, Regex
 from smc.engine.checkpoint import CheckpointError, read_header
@@ -417,7 +418,9 @@ async def test_a_program_class_pickle_cannot_name_is_refused(tmp_path):
 
 def test_generate_with_the_default_budget_twist_resumed_after_every_step(tmp_path, step_files):
     """A generate run under a JSON Schema in one population has the budget twist as its critic
-    (Request.per_byte); resume rebuilds it from the stored request, with no critic passed.
+    (Request.per_byte) and resamples by the weights to a power (Request.resampling_power);
+    resume rebuilds the critic from the stored request, with no critic passed, and reads the
+    power from the run's settings.
     Here AWRS's step 3 is exact for particles whose state's mask steps 1-2 kept: resume
     computes the kept masks again from the checkpoint's contexts (``cache_contexts``), and
     without that the resumed run took a rejection step there and its weights differed."""
@@ -428,5 +431,6 @@ def test_generate_with_the_default_budget_twist_resumed_after_every_step(tmp_pat
     full = smc.generate("", schema, **kw)
     assert smc.generate("", schema, checkpoint=tmp_path / "run.ckpt", **kw).samples == full.samples
     assert read_header(tmp_path / "run.ckpt")["program"]["request"]["per_byte"] > 0
+    assert read_header(tmp_path / "run.ckpt")["program"]["request"]["resampling_power"] == defaults.RESAMPLING_POWER < 1
     for step, f in step_files.items():
         same_result(smc.resume(f, lm=toy(), checkpoint=None), full)
