@@ -142,7 +142,8 @@ class Request:
         resampling_power: a in (0, 1]: ancestors are drawn by the weights to the power a, the
             children carrying the rest (``smc.engine.smc``); None:
             ``defaults.resampling_power_for(particles)`` for an SMC run under a JSONSchema
-            (0.5 below 16 particles), else 1 (docs/quality.md).
+            (``defaults.RESAMPLING_POWER`` below ``RESAMPLING_POWER_BELOW`` particles), else 1
+            (docs/quality.md).
         islands: K, a divisor of N: K independent SMC islands (None: ``defaults.islands_for``).
         finish_share: s in [0, 1): bank s of the EOS mass wherever the text could end.
         lookahead: rate >= 0 of the lookahead twist (None: ``defaults.LOOKAHEAD`` for an SMC

@@ -75,13 +75,15 @@ HOLD_LITERALS_BELOW = 32
 #: ancestors by the weights to this power (``smc.engine.smc(resampling_power=...)``; the
 #: children carry the rest of the lead), so that a lineage ahead only because its keys are
 #: still to come does not take the population in one resampling. Paired on the same seeds
-#: against power 1 (benchmarks/RESULTS.md, "Resampling by the weights to a power"): the 30 JSON
-#: tasks over 20 seeds, log Ẑ +0.46 [+0.29, +0.64] at N = 4 and +0.48 [+0.30, +0.66] at N = 8,
-#: accuracy level (-0.00, +0.01); Ada (40 seeds) level at both (accuracy -0.00 and +0.00, log
-#: Ẑ -0.07 and -0.02), where not resampling at all lost 0.09 of accuracy at N = 8. At N = 16,
-#: in 2 islands of 8, it cost Ada accuracy (-0.05 [-0.09, -0.01], 40 seeds) and moved nothing
-#: on the JSON tasks (120 runs): hence RESAMPLING_POWER_BELOW
-RESAMPLING_POWER = 0.5
+#: against power 1 (benchmarks/RESULTS.md, "Resampling by the weights to a power"), the 30 JSON
+#: tasks over 20 seeds: at 0.25 log Ẑ +0.49 [+0.34, +0.66] at N = 4 and +0.67 [+0.51, +0.83]
+#: at N = 8 (at 0.5: +0.46 and +0.48; at 0.75, seeds 0-9 at N = 8: +0.32 against 0.5's +0.42
+#: and 0.25's +0.51 there), accuracy level (+0.00, +0.01), collapsed runs 6 -> 4 and 4 -> 2;
+#: Ada level (N = 8, 80 seeds: accuracy +0.01 [-0.03, +0.05]; N = 4, 40 seeds: -0.00), where
+#: not resampling at all lost 0.09 of accuracy at N = 8. At N = 16, in 2 islands of 8, the
+#: power 0.5 cost Ada accuracy (-0.05 [-0.09, -0.01], 40 seeds) and moved nothing on the JSON
+#: tasks (120 runs): hence RESAMPLING_POWER_BELOW
+RESAMPLING_POWER = 0.25
 RESAMPLING_POWER_BELOW = 16
 
 #: the search method of a generation
