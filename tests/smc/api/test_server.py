@@ -141,7 +141,7 @@ def test_text_response_format_is_unconstrained(client):
 
 def test_smc_settings_seed_and_n(client):
     body = dict(structured_outputs={"regex": "[0-9]{2}"}, particles=8, sampler="direct", ess_threshold=0.9,
-                resampling="systematic", seed=3, n=5)
+                resampling="systematic", resampling_power=0.5, seed=3, n=5)
     a, b = chat(client, **body).json(), chat(client, **body).json()
     assert a["choices"] == b["choices"] and a["smc"]["log_ml"] == b["smc"]["log_ml"]
     assert len(a["choices"]) == 5 and [c["index"] for c in a["choices"]] == list(range(5))
@@ -224,6 +224,8 @@ def test_stream_error_before_and_after_the_start(client):
     ({"lora_request": {"lora_name": "x", "lora_path": "/tmp/x"}}, "lora_request"),
     ({"particles": 33}, "particles"),
     ({"particles": 0}, "particles"),
+    ({"resampling_power": 0}, "resampling_power"),
+    ({"resampling_power": 1.5}, "resampling_power"),
     ({"n": 0}, "n"),
     ({"n": 17}, "n"),
     ({"temperature": -1}, "temperature"),
