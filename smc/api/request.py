@@ -313,7 +313,7 @@ class Request:
         constraint and no critic (the twist is a critic)."""
         if self.per_byte is None:
             default = (self.critic is None and isinstance(self.constraint, JSONSchema)
-                       and (self.method == "beam" or (self.method == "smc" and self.sampler != "masking")))
+                       and (self.method == "beam" or self._smc_sampling()))
             return defaults.PER_BYTE if default else 0.0
         rate = _number(self.per_byte, "per_byte")
         if not (math.isfinite(rate) and rate >= 0):
@@ -327,12 +327,16 @@ class Request:
             raise InvalidArgument("per_byte sets the budget twist, which is a critic: give per_byte or critic, not both")
         return rate
 
+    def _smc_sampling(self) -> bool:
+        """An SMC run with an SMC sampler (masking is an improper baseline, not steered)."""
+        return self.method == "smc" and self.sampler != "masking"
+
     def _resampling_power(self) -> float:
         """The run's resampling power: when not given, ``defaults.resampling_power_for`` for an
         SMC run under a JSONSchema with an SMC sampler (where it was measured), else 1; a given
         power (checked with the other SMC settings) is other than 1 only for an SMC run."""
         if self.resampling_power is None:
-            measured = isinstance(self.constraint, JSONSchema) and self.method == "smc" and self.sampler != "masking"
+            measured = isinstance(self.constraint, JSONSchema) and self._smc_sampling()
             return defaults.resampling_power_for(self.particles) if measured else 1.0
         power = float(self.resampling_power)
         if power != 1.0 and self.method != "smc":

@@ -380,26 +380,28 @@ def _resample(
             mean = total - math.log(len(g))
             for i, a in zip(g, picks):
                 a_lw = float(lw[g[a]])
+                # a raised ancestor's priority is the mean: its own weight, without rounding
                 weights[i] = a_lw if raised[a] else mean + (a_lw - float(lp[a]))
     return ancestors, weights
 
 
-def _protected(lw: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(log priorities lp, raised): lp_i = log(T / n) for the held particles whose priority lw_i is
-    below T / n, lp_i = lw_i for the others, with T = sum_i exp(lp_i), so that each held
-    particle has an expected number of children of at least 1 (exactly 1, the raised ones).
-    T solves T = U / (1 - |R| / n), U the priority of the particles not raised (R): raising a
-    particle below T / n raises T, so R grows until no held particle is below."""
-    n = len(lw)
+def _protected(lq: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log priorities lp, raised) from the log priorities lq before protection: lp_i =
+    log(T / n) for the held particles whose lq_i is below T / n, lp_i = lq_i for the others,
+    with T = sum_i exp(lp_i), so that each held particle has an expected number of children of
+    at least 1 (exactly 1, the raised ones). T solves T = U / (1 - |R| / n), U the priority of
+    the particles not raised (R): raising a particle below T / n raises T, so R grows until no
+    held particle is below."""
+    n = len(lq)
     raised = np.zeros(n, dtype=bool)
     while True:
-        total = logsumexp(lw[~raised]) - math.log1p(-raised.sum() / n)
-        low = held & ~raised & (lw < total - math.log(n))
+        total = logsumexp(lq[~raised]) - math.log1p(-raised.sum() / n)
+        low = held & ~raised & (lq < total - math.log(n))
         # all below the mean happens only by rounding, where all are at it: none needs raising
         if not low.any() or (raised | low).all():
             break
         raised |= low
-    return np.where(raised, total - math.log(n), lw), raised
+    return np.where(raised, total - math.log(n), lq), raised
 
 
 async def step_all(particles: list[Model]) -> None:

@@ -117,7 +117,8 @@ async def test_protected_literals_keep_the_sum_over_every_tokenization(embedded_
     seeds 0-899 '"Red"' sits about 12% below its exact mass (z about -4) at power 1 with the
     twist, with or without the hold, and at 0.25, so seeds 0-299 at 0.25 fall outside 3.5
     standard errors too; the deficit comes with AWRS on this enum (the direct sampler is within
-    1.2 standard errors there), docs/quality.md, "Resampling by the weights to a power". The power's exactness is checked by enumeration (test_loop, test_critics)."""
+    1.2 standard errors there), docs/quality.md, "Resampling by the weights to a power". The
+    power's exactness is checked by enumeration (test_loop, test_critics)."""
     lm = embedded_lm
     prompt = prompt_ids_for(lm, smc.Request(PROMPT, max_tokens=MAX_TOKENS))
     exact = await exact_masses(lm, prompt, {json.dumps(s): json.dumps(s).encode() for s in TEXTS})
