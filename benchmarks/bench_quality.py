@@ -33,7 +33,11 @@ Summary: per method and N, the mean of each quantity over runs with a 95% bootst
 (task, seed) pairs where masking at the same N returned a sample, the fraction where the method
 did; "collapsed": runs with no finished sample or a log Ẑ more than 10 nats below the median of
 the same task, method and N; "vs masking": the mean over (task, seed) pairs of the accuracy
-minus masking's at the same N, with its paired 95% bootstrap interval.
+minus masking's at the same N, with its paired 95% bootstrap interval. A last table sets each
+method's log Ẑ beside the baseline's on the same runs: the difference of their medians (the
+statistic of "median log Ẑ at least the peer's") with a paired interval, the spread of log Ẑ
+over seeds per task, and the log of the mean Ẑ per task, which tells a different target from a
+wider spread.
 
     python benchmarks/bench_quality.py [--tasks NAMES] [--families json,regex,grammar]
         [--limit K (default 3 when no tasks/families are named)] [--methods unconstrained,masking:flexible,awrs:compact,awrs:flexible]
@@ -337,7 +341,64 @@ def summarize(records: list[dict], baseline: str = "masking") -> str:
                 out.append(f"| {method} | {n} | {len(got)} | {fmt(share)} "
                            f"| {fmt(np.array([r['accuracy_canonical'] for r in got]))} "
                            f"| {fmt(np.array([r['accuracy'] for r in got]))} | {f'{np.median(d):.2f}' if d else '-'} |")
+        spread = [row for (method, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+                  if not is_base(method) and (row := log_z_against(method, n, rs, base))]
+        if spread:
+            out.append(f"\nlog Ẑ against {baseline} on the same runs (median: over the pairs where both "
+                       "finished; spread: the median over tasks of each task's standard deviation of log Ẑ; "
+                       "log mean Ẑ: per task over the seeds both ran, a run with no answer counting Ẑ = 0, "
+                       "then the mean over tasks of the difference):\n")
+            out.append(f"| method | N | pairs | median log Ẑ | {baseline}'s | difference of medians [95% CI] "
+                       f"| spread | {baseline}'s spread | log mean Ẑ minus {baseline}'s |")
+            out.append("|---|---|---|---|---|---|---|---|---|")
+            out.extend(spread)
     return "\n".join(out)
+
+
+def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) -> str | None:
+    """One row of the log-Ẑ table: the method's runs rs against the baseline's runs ``base[(N,
+    task, seed)]``, or None where no pair has two finite log Ẑ.
+
+    median(log Ẑ_m) - median(log Ẑ_b) over the pairs where both are finite, with a 95% paired
+    bootstrap interval (pairs resampled together); spread = median over tasks of sd_seeds(log Ẑ)
+    (tasks with 3 or more such pairs); and mean over tasks of log mean_s Ẑ_m - log mean_s Ẑ_b over
+    the seeds both ran, Ẑ = 0 for a run with no answer: for two unbiased estimators of the same
+    Z it goes to 0 as seeds are added, so it tells a different target from a wider spread.
+    """
+    def z(r: dict) -> float:
+        v = r.get("log_ml")
+        return -math.inf if v is None or r["empty"] else float(v)
+
+    pairs = [(z(r), z(base[(n, r["task"], r["seed"])])) for r in rs if (n, r["task"], r["seed"]) in base]
+    if not any(math.isfinite(r.get("log_ml") or -math.inf) for r in rs) or not pairs:
+        return None
+    fin = np.array([(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)])
+    if len(fin) == 0:
+        return None
+    ma, mb = np.median(fin[:, 0]), np.median(fin[:, 1])
+    if len(fin) > 1:
+        res = bootstrap((fin[:, 0], fin[:, 1]), lambda a, b, axis=-1: np.median(a, axis) - np.median(b, axis),
+                        paired=True, vectorized=True, n_resamples=2000, confidence_level=0.95,
+                        method="percentile", rng=np.random.default_rng(0))
+        lo, hi = res.confidence_interval.low, res.confidence_interval.high
+    else:
+        lo = hi = ma - mb
+    per_task: dict[str, list] = defaultdict(list)
+    for r in rs:
+        if (n, r["task"], r["seed"]) in base:
+            per_task[r["task"]].append((z(r), z(base[(n, r["task"], r["seed"])])))
+    sds, gaps = [], []
+    for v in per_task.values():
+        both = np.array([(a, b) for a, b in v if math.isfinite(a) and math.isfinite(b)])
+        if len(both) >= 3:
+            sds.append((np.std(both[:, 0], ddof=1), np.std(both[:, 1], ddof=1)))
+        mean_z = [np.logaddexp.reduce(np.array(col)) - math.log(len(col)) for col in zip(*v)]
+        if all(math.isfinite(x) for x in mean_z):
+            gaps.append(mean_z[0] - mean_z[1])
+    sd_m, sd_b = (f"{np.median([s[0] for s in sds]):.2f}", f"{np.median([s[1] for s in sds]):.2f}") if sds else ("-", "-")
+    gap = f"{np.mean(gaps):+.2f}" if gaps else "-"
+    return (f"| {method} | {n} | {len(fin)} | {ma:.2f} | {mb:.2f} | {ma - mb:+.2f} [{lo:+.2f}, {hi:+.2f}] "
+            f"| {sd_m} | {sd_b} | {gap} |")
 
 
 def machine() -> str:

@@ -162,6 +162,28 @@ def test_summary_pairs_each_method_with_the_baseline_it_is_given():
     assert row.endswith("| +0.50 [+0.00, +1.00] | 1.0 |")
 
 
+def test_log_z_table_gives_the_difference_of_medians_the_spread_and_the_mean_z_per_task():
+    import bench_quality
+
+    def rec(method, task, seed, log_ml):
+        return {"task": task, "family": "json", "method": method, "N": 8, "seed": seed, "accuracy": 0.5,
+                "validity": 1.0, "empty": log_ml is None, "log_ml": log_ml, "wall_s": 1.0}
+
+    ours = {"a": [-1.0, -2.0, -3.0], "b": [-1.0, None, -1.0]}
+    peer = {"a": [-2.0, -2.0, -2.0], "b": [-1.0, -1.0, -1.0]}
+    records = [rec(m, t, s, v) for m, runs in (("smc", ours), ("peer", peer))
+               for t, vs in runs.items() for s, v in enumerate(vs)]
+    records.append(rec("masking:flexible", "a", 0, None) | {"empty": False})  # no log Ẑ: no row
+    table = bench_quality.summarize(records, baseline="peer").split("log Ẑ against peer")[1]
+    row = table.split("| smc |")[1].splitlines()[0]
+    # medians over the 5 pairs where both finished: -1 against -2
+    assert row.startswith(" 8 | 5 | -1.00 | -2.00 | +1.00 [")
+    # spread: task a only (b has 2 finished pairs): sd 1 against 0; log mean Ẑ: task a
+    # log((e^-1 + e^-2 + e^-3) / 3) + 2 = +0.309, task b log(2/3) = -0.405 (its empty run is Ẑ = 0)
+    assert row.endswith("| 1.00 | 0.00 | -0.05 |")
+    assert "| masking:flexible |" not in table
+
+
 def test_method_spec_names_every_setting_it_passes_on():
     import bench_quality
 
