@@ -369,10 +369,12 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
         v = r.get("log_ml")
         return -math.inf if v is None or r["empty"] else float(v)
 
-    pairs = [(z(r), z(base[(n, r["task"], r["seed"])])) for r in rs if (n, r["task"], r["seed"]) in base]
-    if not any(math.isfinite(r.get("log_ml") or -math.inf) for r in rs) or not pairs:
-        return None
-    fin = np.array([(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)])
+    per_task: dict[str, list] = defaultdict(list)  # task -> [(log Ẑ_m, log Ẑ_b)] over its seeds
+    for r in rs:
+        b = base.get((n, r["task"], r["seed"]))
+        if b is not None:
+            per_task[r["task"]].append((z(r), z(b)))
+    fin = np.array([p for v in per_task.values() for p in v if math.isfinite(p[0]) and math.isfinite(p[1])])
     if len(fin) == 0:
         return None
     ma, mb = np.median(fin[:, 0]), np.median(fin[:, 1])
@@ -383,10 +385,6 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
         lo, hi = res.confidence_interval.low, res.confidence_interval.high
     else:
         lo = hi = ma - mb
-    per_task: dict[str, list] = defaultdict(list)
-    for r in rs:
-        if (n, r["task"], r["seed"]) in base:
-            per_task[r["task"]].append((z(r), z(base[(n, r["task"], r["seed"])])))
     sds, gaps = [], []
     for v in per_task.values():
         both = np.array([(a, b) for a, b in v if math.isfinite(a) and math.isfinite(b)])
