@@ -81,8 +81,8 @@ HOLD_LITERALS_BELOW = 32
 #: and 0.25's +0.51 there), accuracy level (+0.00, +0.01), collapsed runs 6 -> 4 and 4 -> 2;
 #: Ada level (N = 8, 80 seeds: accuracy +0.01 [-0.03, +0.05]; N = 4, 40 seeds: -0.00), where
 #: not resampling at all lost 0.09 of accuracy at N = 8. At N = 16, in 2 islands of 8 (RESULTS
-#: "The power at N = 16"): JSON tasks, seeds 0-7, log Ẑ +0.29 [+0.13, +0.46], its spread over
-#: seeds halved (0.89 -> 0.48, genlm-control's 0.46), accuracy -0.01 [-0.03, +0.01]; Ada, 80
+#: "The power at N = 16"): JSON tasks, seeds 0-7, log Ẑ +0.29 [+0.12, +0.48], its spread over
+#: seeds halved (0.89 -> 0.48, genlm-control's 0.46), accuracy -0.01 [-0.03, +0.02]; Ada, 80
 #: seeds, -0.01 [-0.06, +0.03], still +0.06 [+0.02, +0.09] over masking. From 32 particles (4
 #: islands) it was not measured: hence RESAMPLING_POWER_BELOW
 RESAMPLING_POWER = 0.25
