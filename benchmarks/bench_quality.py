@@ -233,20 +233,23 @@ def export_tasks(lm, tasks: list[qt.Task], path: str) -> None:
 
 
 # ---------------------------------------------------------------------------- summary
-def bootstrap_ci(x: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean of x (``scipy.stats.bootstrap``).
+def bootstrap_ci(*samples: np.ndarray, statistic=np.mean, reps: int = 2000,
+                 seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of statistic(*samples) (``scipy.stats.bootstrap``; by
+    default the mean of one sample x).
 
     ``reps`` resamples of the runs with replacement, drawn from ``np.random.default_rng(seed)``,
-    so the same records give the same interval. An empty x gives (nan, nan); a single run, which
-    scipy refuses to resample, gives the degenerate interval (x[0], x[0]) that resampling it
-    would give.
+    so the same records give the same interval; several samples are paired (resampled together;
+    ``statistic`` takes them and an ``axis``). Empty samples give (nan, nan); a single run, which
+    scipy refuses to resample, gives the degenerate interval that resampling it would give.
     """
-    if len(x) == 0:
+    if len(samples[0]) == 0:
         return (float("nan"), float("nan"))
-    if len(x) == 1:
-        return (float(x[0]), float(x[0]))
-    res = bootstrap((x,), np.mean, n_resamples=reps, confidence_level=0.95, method="percentile",
-                    vectorized=True, rng=np.random.default_rng(seed))
+    if len(samples[0]) == 1:
+        v = float(statistic(*samples, axis=-1))
+        return (v, v)
+    res = bootstrap(samples, statistic, paired=len(samples) > 1, n_resamples=reps, confidence_level=0.95,
+                    method="percentile", vectorized=True, rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -378,13 +381,7 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
     if len(fin) == 0:
         return None
     ma, mb = np.median(fin[:, 0]), np.median(fin[:, 1])
-    if len(fin) > 1:
-        res = bootstrap((fin[:, 0], fin[:, 1]), lambda a, b, axis=-1: np.median(a, axis) - np.median(b, axis),
-                        paired=True, vectorized=True, n_resamples=2000, confidence_level=0.95,
-                        method="percentile", rng=np.random.default_rng(0))
-        lo, hi = res.confidence_interval.low, res.confidence_interval.high
-    else:
-        lo = hi = ma - mb
+    lo, hi = bootstrap_ci(fin[:, 0], fin[:, 1], statistic=lambda a, b, axis: np.median(a, axis) - np.median(b, axis))
     sds, gaps = [], []
     for v in per_task.values():
         both = np.array([(a, b) for a, b in v if math.isfinite(a) and math.isfinite(b)])
