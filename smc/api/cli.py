@@ -92,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resampling", default=None, help=f"scheme (default {defaults.RESAMPLING})")
     g.add_argument("--resampling-power", type=float, default=None,
                    help="0 < A <= 1: draw ancestors by the weights to the power A, the children "
-                        f"carrying the rest (default under a JSON Schema {defaults.RESAMPLING_POWER} "
-                        f"below {defaults.RESAMPLING_POWER_BELOW} particles, else 1)")
+                        f"carrying the rest (default {defaults.RESAMPLING_POWER} under a JSON Schema, "
+                        "else 1)")
     g.add_argument("--method", choices=list(METHODS), default=None,
                    help="smc (default); beam / top_k: --particles best sequences (deterministic); "
                         "steer: without-replacement steering (see docs/beam.md)")

@@ -141,8 +141,7 @@ class Request:
         resampling: "multinomial", "stratified", "systematic" or "residual".
         resampling_power: a in (0, 1]: ancestors are drawn by the weights to the power a, the
             children carrying the rest (``smc.engine.smc``); None:
-            ``defaults.resampling_power_for(particles)`` for an SMC run under a JSONSchema
-            (``defaults.RESAMPLING_POWER`` below ``RESAMPLING_POWER_BELOW`` particles), else 1
+            ``defaults.RESAMPLING_POWER`` for an SMC run under a JSONSchema, else 1
             (docs/quality.md).
         islands: K, a divisor of N: K independent SMC islands (None: ``defaults.islands_for``).
         finish_share: s in [0, 1): bank s of the EOS mass wherever the text could end.
@@ -332,12 +331,12 @@ class Request:
         return self.method == "smc" and self.sampler != "masking"
 
     def _resampling_power(self) -> float:
-        """The run's resampling power: when not given, ``defaults.resampling_power_for`` for an
+        """The run's resampling power: when not given, ``defaults.RESAMPLING_POWER`` for an
         SMC run under a JSONSchema with an SMC sampler (where it was measured), else 1; a given
         power (checked with the other SMC settings) is other than 1 only for an SMC run."""
         if self.resampling_power is None:
             measured = isinstance(self.constraint, JSONSchema) and self._smc_sampling()
-            return defaults.resampling_power_for(self.particles) if measured else 1.0
+            return defaults.RESAMPLING_POWER if measured else 1.0
         power = float(self.resampling_power)
         if power != 1.0 and self.method != "smc":
             raise InvalidArgument(f"resampling_power is for method='smc' runs, not method={self.method!r}")

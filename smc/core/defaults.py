@@ -71,22 +71,22 @@ PER_BYTE = 0.5
 #: nothing beyond noise (Ada -0.03 [-0.11, +0.04], 20 seeds; JSON -0.01 [-0.04, +0.01], 60 runs)
 HOLD_LITERALS_BELOW = 32
 
-#: an SMC run under a JSON Schema of fewer particles than RESAMPLING_POWER_BELOW draws its
-#: ancestors by the weights to this power (``smc.engine.smc(resampling_power=...)``; the
-#: children carry the rest of the lead), so that a lineage ahead only because its keys are
-#: still to come does not take the population in one resampling. Paired on the same seeds
-#: against power 1 (benchmarks/RESULTS.md, "Resampling by the weights to a power"), the 30 JSON
-#: tasks over 20 seeds: at 0.25 log Ẑ +0.49 [+0.34, +0.66] at N = 4 and +0.67 [+0.51, +0.83]
-#: at N = 8 (at 0.5: +0.46 and +0.48; at 0.75, seeds 0-9 at N = 8: +0.32 against 0.5's +0.42
-#: and 0.25's +0.51 there), accuracy level (+0.00, +0.01), collapsed runs 6 -> 4 and 4 -> 2;
-#: Ada level (N = 8, 80 seeds: accuracy +0.01 [-0.03, +0.05]; N = 4, 40 seeds: -0.00), where
-#: not resampling at all lost 0.09 of accuracy at N = 8. At N = 16, in 2 islands of 8 (RESULTS
-#: "The power at N = 16"): JSON tasks, seeds 0-7, log Ẑ +0.29 [+0.12, +0.48], its spread over
-#: seeds halved (0.89 -> 0.48, genlm-control's 0.46), accuracy -0.01 [-0.03, +0.02]; Ada, 80
-#: seeds, -0.01 [-0.06, +0.03], still +0.06 [+0.02, +0.09] over masking. From 32 particles (4
-#: islands) it was not measured: hence RESAMPLING_POWER_BELOW
+#: an SMC run under a JSON Schema draws its ancestors by the weights to this power
+#: (``smc.engine.smc(resampling_power=...)``; the children carry the rest of the lead), so that
+#: a lineage ahead only because its keys are still to come does not take the population in one
+#: resampling. Paired on the same seeds against power 1 (benchmarks/RESULTS.md, "Resampling by
+#: the weights to a power"), the 30 JSON tasks over 20 seeds: at 0.25 log Ẑ +0.49 [+0.34, +0.66]
+#: at N = 4 and +0.67 [+0.51, +0.83] at N = 8 (at 0.5: +0.46 and +0.48; at 0.75, seeds 0-9 at
+#: N = 8: +0.32 against 0.5's +0.42 and 0.25's +0.51 there), accuracy level (+0.00, +0.01),
+#: collapsed runs 6 -> 4 and 4 -> 2; Ada level (N = 8, 80 seeds: accuracy +0.01 [-0.03, +0.05];
+#: N = 4, 40 seeds: -0.00), where not resampling at all lost 0.09 of accuracy at N = 8. In
+#: islands (RESULTS "The power at N = 16" and "The power at N = 32 and 64"): the spread of log
+#: Ẑ over seeds on the JSON tasks halved at N = 16, 32 and 64 (0.89 -> 0.48, 0.58 -> 0.36,
+#: 0.49 -> 0.25), log Ẑ +0.29 [+0.12, +0.48] (seeds 0-7), +0.19 [+0.09, +0.29] (seeds 0-9) and
+#: +0.18 [+0.05, +0.31] (seeds 0-3), accuracy -0.01 at each; Ada -0.01 [-0.06, +0.03] (80
+#: seeds), -0.00 and +0.01 at N = 32 and 64 (20 seeds), still above masking; 6% more wall
+#: time at N = 64 on the CPU (more resamplings)
 RESAMPLING_POWER = 0.25
-RESAMPLING_POWER_BELOW = 32
 
 #: the search method of a generation
 METHOD = "smc"
@@ -134,12 +134,6 @@ def hold_literals_for(particles: int) -> bool:
     """Whether the budget twist of an SMC run of ``particles`` protects begun literals:
     below HOLD_LITERALS_BELOW."""
     return particles < HOLD_LITERALS_BELOW
-
-
-def resampling_power_for(particles: int) -> float:
-    """The resampling power of an SMC run under a JSON Schema of ``particles``:
-    RESAMPLING_POWER below RESAMPLING_POWER_BELOW, else 1 (by the weights)."""
-    return RESAMPLING_POWER if particles < RESAMPLING_POWER_BELOW else 1.0
 
 
 def islands_for(particles: int) -> int:

@@ -237,23 +237,22 @@ def test_per_byte_twist_is_on_for_an_smc_or_beam_run_under_a_json_schema():
         Request("hi", None, per_byte=0.5)
 
 
-def test_resampling_power_is_below_1_for_few_particles_under_a_json_schema():
-    """defaults.resampling_power_for(N) for an SMC run under a JSONSchema (RESAMPLING_POWER
-    below RESAMPLING_POWER_BELOW particles), else 1; a given power is kept, checked to lie in
-    (0, 1], and refused (other than 1) by the methods that do not resample."""
+def test_resampling_power_is_below_1_under_a_json_schema():
+    """defaults.RESAMPLING_POWER for an SMC run under a JSONSchema at every N, else 1; a given
+    power is kept, checked to lie in (0, 1], and refused (other than 1) by the methods that do
+    not resample."""
     schema = JSONSchema({"type": "object"})
-    few, many = defaults.RESAMPLING_POWER_BELOW - 1, defaults.RESAMPLING_POWER_BELOW
     assert defaults.RESAMPLING_POWER < 1
-    assert Request("hi", schema, particles=few).resampling_power == defaults.RESAMPLING_POWER
-    assert Request("hi", schema, particles=many).resampling_power == 1.0
-    assert Request("hi", Regex("a+"), particles=few).resampling_power == 1.0
-    assert Request("hi", schema, particles=few, sampler="masking").resampling_power == 1.0
-    assert Request("hi", schema, particles=few, method="beam").resampling_power == 1.0
-    assert Request("hi", Regex("a+"), particles=few, resampling_power=0.3).resampling_power == 0.3
-    r = Request("hi", schema, particles=few)
-    assert r.replace(particles=many).resampling_power == 1.0
+    for n in (1, 4, 16, 64):
+        assert Request("hi", schema, particles=n).resampling_power == defaults.RESAMPLING_POWER
+    assert Request("hi", Regex("a+"), particles=8).resampling_power == 1.0
+    assert Request("hi", schema, particles=8, sampler="masking").resampling_power == 1.0
+    assert Request("hi", schema, particles=8, method="beam").resampling_power == 1.0
+    assert Request("hi", Regex("a+"), particles=8, resampling_power=0.3).resampling_power == 0.3
+    r = Request("hi", schema, particles=8)
+    assert r.replace(particles=64).resampling_power == defaults.RESAMPLING_POWER
     assert r.replace(constraint=Regex("a+")).resampling_power == 1.0
-    as_json = Request("hi", {"json_schema": {"type": "object"}}, particles=few).to_json()
+    as_json = Request("hi", {"json_schema": {"type": "object"}}, particles=8).to_json()
     assert as_json["resampling_power"] == defaults.RESAMPLING_POWER
     assert Request.from_json(as_json).resampling_power == defaults.RESAMPLING_POWER
     for bad in (0, 0.0, -0.5, 1.5, float("nan"), True, "half"):
@@ -276,9 +275,10 @@ async def test_the_run_resamples_by_the_power_its_request_names(monkeypatch):
 
     monkeypatch.setattr(generation, "smc", spy)
     schema = JSONSchema({"type": "boolean"})
-    for settings in ({}, {"resampling_power": 0.25}, {"particles": defaults.RESAMPLING_POWER_BELOW}):
+    for settings in ({}, {"resampling_power": 0.5}, {"resampling_power": 1}):
         await smc.agenerate("", schema, lm=toy(), **{"particles": 4, **settings}, max_tokens=6, progress=False)
-    assert seen == [defaults.RESAMPLING_POWER, 0.25, 1.0]
+    await smc.agenerate("", Regex("true|false"), lm=toy(), particles=4, max_tokens=6, progress=False)
+    assert seen == [defaults.RESAMPLING_POWER, 0.5, 1.0, 1.0]
 
 
 @pytest.mark.parametrize("method, runner", [("smc", "smc"), ("beam", "run_search")])

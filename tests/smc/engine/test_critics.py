@@ -320,7 +320,7 @@ def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sample
     a key split over two tokens, so particles inside it are held, their resampling priorities
     raised; in the sixth and the last in 2 islands of 2, as the defaults combine islands and the
     hold; in the last two with ancestors drawn by the weights to the power 0.5, as the defaults
-    below 32 particles do with a power below 1)."""
+    under a JSON Schema do with a power below 1)."""
     lm, phi, t = (JSON_LM, JSON_PHI, JSON_T) if toy == "json" else (SPLIT_LM, SPLIT_PHI, SPLIT_T)
     target = exact_target(lm, lambda x: asyncio.run(phi.complete(x)), t, lambda x: asyncio.run(phi.prefix(x)))
     assert len(target) >= 4
