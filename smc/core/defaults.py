@@ -83,8 +83,8 @@ HOLD_LITERALS_BELOW = 32
 #: islands (RESULTS "The power at N = 16" and "The power at N = 32 and 64"): the spread of log
 #: Ẑ over seeds on the JSON tasks fell by 38-49% at N = 16, 32 and 64 (0.89 -> 0.48, 0.58 ->
 #: 0.36, 0.49 -> 0.25), log Ẑ +0.29 [+0.12, +0.48] (seeds 0-7), +0.19 [+0.09, +0.29] (seeds
-#: 0-9) and +0.18 [+0.05, +0.31] (seeds 0-3), accuracy -0.01 at each; Ada -0.01 [-0.06, +0.03]
-#: (80 seeds), -0.00 and +0.01 at N = 32 and 64 (20 seeds), still above masking; 6% more wall
+#: 0-9) and +0.17 [+0.06, +0.29] (seeds 0-4), accuracy -0.01 at each; Ada -0.01 [-0.06, +0.03]
+#: (80 seeds), -0.00 at N = 32 and 64 (40 seeds), still above masking; 6% more wall
 #: time at N = 64 on the CPU (more resamplings)
 RESAMPLING_POWER = 0.25
 
