@@ -81,8 +81,8 @@ HOLD_LITERALS_BELOW = 32
 #: collapsed runs 6 -> 4 and 4 -> 2; Ada level (N = 8, 80 seeds: accuracy +0.01 [-0.03, +0.05];
 #: N = 4, 40 seeds: -0.00), where not resampling at all lost 0.09 of accuracy at N = 8. In
 #: islands (RESULTS "The power at N = 16" and "The power at N = 32 and 64"): the spread of log
-#: Ẑ over seeds on the JSON tasks fell by 38-49% at N = 16, 32 and 64 (0.89 -> 0.48, 0.58 ->
-#: 0.36, 0.49 -> 0.25), log Ẑ +0.29 [+0.12, +0.48] (seeds 0-7), +0.19 [+0.09, +0.29] (seeds
+#: Ẑ over seeds on the JSON tasks fell by 38-46% at N = 16, 32 and 64 (0.89 -> 0.48, 0.58 ->
+#: 0.36, 0.49 -> 0.29), log Ẑ +0.29 [+0.12, +0.48] (seeds 0-7), +0.19 [+0.09, +0.29] (seeds
 #: 0-9) and +0.17 [+0.06, +0.29] (seeds 0-4), accuracy -0.01 at each; Ada -0.01 [-0.06, +0.03]
 #: (80 seeds), -0.00 at N = 32 and 64 (40 seeds), still above masking; 6% more wall
 #: time at N = 64 on the CPU (more resamplings)
