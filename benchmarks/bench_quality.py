@@ -377,16 +377,16 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
         b = base.get((n, r["task"], r["seed"]))
         if b is not None:
             per_task[r["task"]].append((z(r), z(b)))
-    fin = np.array([p for v in per_task.values() for p in v if math.isfinite(p[0]) and math.isfinite(p[1])])
+    both = {t: [p for p in v if math.isfinite(p[0]) and math.isfinite(p[1])] for t, v in per_task.items()}
+    fin = np.array([p for v in both.values() for p in v])
     if len(fin) == 0:
         return None
     ma, mb = np.median(fin[:, 0]), np.median(fin[:, 1])
     lo, hi = bootstrap_ci(fin[:, 0], fin[:, 1], statistic=lambda a, b, axis: np.median(a, axis) - np.median(b, axis))
     sds, gaps = [], []
-    for v in per_task.values():
-        both = np.array([(a, b) for a, b in v if math.isfinite(a) and math.isfinite(b)])
-        if len(both) >= 3:
-            sds.append((np.std(both[:, 0], ddof=1), np.std(both[:, 1], ddof=1)))
+    for t, v in per_task.items():
+        if len(both[t]) >= 3:
+            sds.append(tuple(np.std(both[t], axis=0, ddof=1)))
         mean_z = [np.logaddexp.reduce(np.array(col)) - math.log(len(col)) for col in zip(*v)]
         if all(math.isfinite(x) for x in mean_z):
             gaps.append(mean_z[0] - mean_z[1])
