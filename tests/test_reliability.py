@@ -26,6 +26,7 @@ import torch
 
 import smc
 from potentials import Grammar, Predicate, Regex
+from smc.api.cli import main as cli_main
 from smc.backends.kvtrie import KVTrie
 from smc.engine import MAX_PARTICLES, check_smc_args
 from tests.toy_problems import FastToyLM
@@ -414,23 +415,37 @@ def _cli_cases(tmp: Path) -> list[tuple[list, str]]:
     ])
 
 
-def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+def _cli_failure(argv, msg, code, err: str, out) -> tuple | None:
+    lines = err.splitlines()
+    if code != 2 or len(lines) != 1 or not lines[0].startswith("error: ") or msg not in lines[0] or out:
+        return argv, code, lines[:5], out[:200]
+    return None
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
+    """Each bad input: exit status 2, one line on stderr that names it, nothing on stdout. Argv
+    that is not text, and no argv at all, go through ``python -m smc`` in a process of its own
+    (the interpreter decodes argv); the rest through ``main`` with argv decoded the same way."""
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # the probe decides
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     env["PYTHONPATH"] = str(ROOT)
-    procs = []
-    for argv, msg in _cli_cases(tmp_path):
-        args = [a if isinstance(a, bytes) else os.fsencode(a) for a in argv]
-        procs.append((argv, msg, time.perf_counter(), subprocess.Popen(
-            [sys.executable, "-m", "smc", *args], cwd=ROOT, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )))
+    cases = _cli_cases(tmp_path)
+    own_process = [(a, m) for a, m in cases if not a or any(isinstance(x, bytes) for x in a)]
+    assert len(own_process) >= 3
+    procs = [(argv, msg, subprocess.Popen(
+        [sys.executable, "-m", "smc", *[a if isinstance(a, bytes) else os.fsencode(a) for a in argv]],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )) for argv, msg in own_process]
     failures = []
-    for argv, msg, start, p in procs:
+    for argv, msg in cases:
+        if (argv, msg) not in own_process:
+            code = cli_main([os.fsdecode(a) for a in argv])
+            out, err = capsys.readouterr()
+            failures.append(_cli_failure(argv, msg, code, err, out))
+    for argv, msg, p in procs:
         out, err = p.communicate(timeout=300)
-        lines = err.decode("utf-8", "replace").splitlines()
-        if p.returncode != 2 or len(lines) != 1 or not lines[0].startswith("error: ") or msg not in lines[0] or out:
-            failures.append((argv, p.returncode, lines[:5], out[:200]))
-    assert not failures, failures
+        failures.append(_cli_failure(argv, msg, p.returncode, err.decode("utf-8", "replace"), out))
+    assert not [f for f in failures if f], failures
 
 
 # --------------------------------------------------------------------------- memory budget
