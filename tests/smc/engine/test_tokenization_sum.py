@@ -75,16 +75,13 @@ def tokenizations(vocab: list[bytes], allowed: set[int], text: bytes, most: int)
     return out
 
 
-async def exact_masses(lm, prompt: list[int], texts: dict[str, bytes]) -> dict[str, float]:
+async def exact_masses(lm: MemoLM, prompt: list[int], texts: dict[str, bytes]) -> dict[str, float]:
     """{name: sum over tokenizations t of texts[name] (|t| <= MAX_TOKENS) of p(t, EOS | prompt)}."""
     special = set(getattr(lm, "special_token_ids", ()) or ())
     allowed = {i for i, b in enumerate(lm.vocab) if b and i not in special and i not in lm.eos_token_ids}
-    rows: dict[tuple[int, ...], np.ndarray] = {}
 
     async def logprobs(prefix: tuple[int, ...]) -> np.ndarray:
-        if prefix not in rows:
-            rows[prefix] = (await lm.next_token_logprobs(list(prompt) + list(prefix))).double().numpy()
-        return rows[prefix]
+        return (await lm.next_token_logprobs(list(prompt) + list(prefix))).double().numpy()
 
     exact = {}
     for name, text in texts.items():
