@@ -350,10 +350,13 @@ def summarize(records: list[dict], baseline: str = "masking") -> str:
             out.append(f"\nlog Ẑ against {baseline} on the same runs (median: over the pairs where both "
                        "finished; spread: the median over tasks of each task's standard deviation of log Ẑ; "
                        "log mean Ẑ: per task over the seeds both ran, a run with no answer counting Ẑ = 0, "
-                       "then the mean over tasks of the difference):\n")
+                       "then the mean over tasks of the difference; per task: each task's median minus "
+                       f"{baseline}'s over its pairs where both finished, the mean over tasks and the tasks "
+                       "at or above):\n")
             out.append(f"| method | N | pairs | median log Ẑ | {baseline}'s | difference of medians [95% CI] "
-                       f"| spread | {baseline}'s spread | log mean Ẑ minus {baseline}'s |")
-            out.append("|---|---|---|---|---|---|---|---|---|")
+                       f"| spread | {baseline}'s spread | log mean Ẑ minus {baseline}'s "
+                       "| per task: difference of medians (at or above) |")
+            out.append("|---|---|---|---|---|---|---|---|---|---|")
             out.extend(spread)
     return "\n".join(out)
 
@@ -366,7 +369,9 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
     bootstrap interval (pairs resampled together); spread = median over tasks of sd_seeds(log Ẑ)
     (tasks with 3 or more such pairs); and mean over tasks of log mean_s Ẑ_m - log mean_s Ẑ_b over
     the seeds both ran, Ẑ = 0 for a run with no answer: for two unbiased estimators of the same
-    Z it goes to 0 as seeds are added, so it tells a different target from a wider spread.
+    Z it goes to 0 as seeds are added, so it tells a different target from a wider spread. Per
+    task: mean over the same tasks of median_s(log Ẑ_m) - median_s(log Ẑ_b), and how many are
+    >= 0, since the pooled median is decided by the tasks whose Ẑ lies near it.
     """
     def z(r: dict) -> float:
         v = r.get("log_ml")
@@ -383,17 +388,21 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
         return None
     ma, mb = np.median(fin[:, 0]), np.median(fin[:, 1])
     lo, hi = bootstrap_ci(fin[:, 0], fin[:, 1], statistic=lambda a, b, axis: np.median(a, axis) - np.median(b, axis))
-    sds, gaps = [], []
+    sds, gaps, task_meds = [], [], []
     for t, v in per_task.items():
         if len(both[t]) >= 3:
             sds.append(tuple(np.std(both[t], axis=0, ddof=1)))
+            med_m, med_b = np.median(both[t], axis=0)
+            task_meds.append(med_m - med_b)
         mean_z = [np.logaddexp.reduce(np.array(col)) - math.log(len(col)) for col in zip(*v)]
         if all(math.isfinite(x) for x in mean_z):
             gaps.append(mean_z[0] - mean_z[1])
     sd_m, sd_b = (f"{np.median([s[0] for s in sds]):.2f}", f"{np.median([s[1] for s in sds]):.2f}") if sds else ("-", "-")
     gap = f"{np.mean(gaps):+.2f}" if gaps else "-"
+    per_task_cell = (f"{np.mean(task_meds):+.2f} ({sum(d >= 0 for d in task_meds)}/{len(task_meds)})"
+                     if task_meds else "-")
     return (f"| {method} | {n} | {len(fin)} | {ma:.2f} | {mb:.2f} | {ma - mb:+.2f} [{lo:+.2f}, {hi:+.2f}] "
-            f"| {sd_m} | {sd_b} | {gap} |")
+            f"| {sd_m} | {sd_b} | {gap} | {per_task_cell} |")
 
 
 def machine() -> str:
