@@ -36,8 +36,8 @@ the same task, method and N; "vs masking": the mean over (task, seed) pairs of t
 minus masking's at the same N, with its paired 95% bootstrap interval. A last table sets each
 method's log Ẑ beside the baseline's on the same runs: the difference of their medians (the
 statistic of "median log Ẑ at least the peer's") with a paired interval, the spread of log Ẑ
-over seeds per task, and the log of the mean Ẑ per task, which tells a different target from a
-wider spread.
+over seeds per task, the log of the mean Ẑ per task, which tells a different target from a
+wider spread, and the per-task difference of medians (mean over tasks, tasks at or above).
 
     python benchmarks/bench_quality.py [--tasks NAMES] [--families json,regex,grammar]
         [--limit K (default 3 when no tasks/families are named)] [--methods unconstrained,masking:flexible,awrs:compact,awrs:flexible]
