@@ -37,7 +37,8 @@ minus masking's at the same N, with its paired 95% bootstrap interval. A last ta
 method's log Ẑ beside the baseline's on the same runs: the difference of their medians (the
 statistic of "median log Ẑ at least the peer's") with a paired interval, the spread of log Ẑ
 over seeds per task, the log of the mean Ẑ per task, which tells a different target from a
-wider spread, and the per-task difference of medians (mean over tasks, tasks at or above).
+wider spread, the per-task difference of medians (mean over tasks, tasks at or above), and the
+difference of medians over every pair, a run with no answer counting log Ẑ = -inf.
 
     python benchmarks/bench_quality.py [--tasks NAMES] [--families json,regex,grammar]
         [--limit K (default 3 when no tasks/families are named)] [--methods unconstrained,masking:flexible,awrs:compact,awrs:flexible]
@@ -352,11 +353,12 @@ def summarize(records: list[dict], baseline: str = "masking") -> str:
                        "log mean Ẑ: per task over the seeds both ran, a run with no answer counting Ẑ = 0, "
                        "then the mean over tasks of the difference; per task: each task's median minus "
                        f"{baseline}'s over its pairs where both finished, the mean over tasks and the tasks "
-                       "at or above):\n")
+                       "at or above; all runs: the difference of medians over every pair, a run with no "
+                       "answer counting log Ẑ = -inf):\n")
             out.append(f"| method | N | pairs | median log Ẑ | {baseline}'s | difference of medians [95% CI] "
                        f"| spread | {baseline}'s spread | log mean Ẑ minus {baseline}'s "
-                       "| per task: difference of medians (at or above) |")
-            out.append("|---|---|---|---|---|---|---|---|---|---|")
+                       "| per task: difference of medians (at or above) | all runs: difference of medians (pairs) |")
+            out.append("|---|---|---|---|---|---|---|---|---|---|---|")
             out.extend(spread)
     return "\n".join(out)
 
@@ -371,7 +373,9 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
     the seeds both ran, Ẑ = 0 for a run with no answer: for two unbiased estimators of the same
     Z it goes to 0 as seeds are added, so it tells a different target from a wider spread. Per
     task: mean over the same tasks of median_s(log Ẑ_m) - median_s(log Ẑ_b), and how many are
-    >= 0, since the pooled median is decided by the tasks whose Ẑ lies near it.
+    >= 0, since the pooled median is decided by the tasks whose Ẑ lies near it. All runs: the
+    difference of medians and its paired interval over every pair, log Ẑ = -inf for a run with no
+    answer (an unbiased Ẑ of 0), the median of each method's runs as the issue's target reads.
     """
     def z(r: dict) -> float:
         v = r.get("log_ml")
@@ -387,7 +391,21 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
     if len(fin) == 0:
         return None
     ma, mb = np.median(fin[:, 0]), np.median(fin[:, 1])
-    lo, hi = bootstrap_ci(fin[:, 0], fin[:, 1], statistic=lambda a, b, axis: np.median(a, axis) - np.median(b, axis))
+    lo, hi = bootstrap_ci(fin[:, 0], fin[:, 1], statistic=median_gap)
+    # every pair, a run with no answer below every finite log Ẑ (medians are order statistics, and
+    # a finite stand-in keeps the bootstrap's percentiles finite)
+    every = np.array([p for v in per_task.values() for p in v])
+    floor = fin.min() - 1e3
+    every = np.where(np.isfinite(every), every, floor)
+    d_all = float(median_gap(every[:, 0], every[:, 1], axis=-1))
+    lo_all, hi_all = bootstrap_ci(every[:, 0], every[:, 1], statistic=median_gap)
+    reach = fin.max() - fin.min()  # a bound past it comes from a resample whose median had no answer
+
+    def bound(x: float) -> str:
+        return "-inf" if x < -reach else "+inf" if x > reach else f"{x:+.2f}"
+
+    all_cell = (f"{d_all:+.2f} [{bound(lo_all)}, {bound(hi_all)}] ({len(every)})"
+                if np.median(every, axis=0).min() > floor else f"no answer in half the runs ({len(every)})")
     sds, gaps, task_meds = [], [], []
     for t, v in per_task.items():
         if len(both[t]) >= 3:
@@ -402,7 +420,12 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
     per_task_cell = (f"{np.mean(task_meds):+.2f} ({sum(d >= 0 for d in task_meds)}/{len(task_meds)})"
                      if task_meds else "-")
     return (f"| {method} | {n} | {len(fin)} | {ma:.2f} | {mb:.2f} | {ma - mb:+.2f} [{lo:+.2f}, {hi:+.2f}] "
-            f"| {sd_m} | {sd_b} | {gap} | {per_task_cell} |")
+            f"| {sd_m} | {sd_b} | {gap} | {per_task_cell} | {all_cell} |")
+
+
+def median_gap(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
+    """median(a) - median(b) along ``axis`` (the bootstrap's vectorized statistic)."""
+    return np.median(a, axis) - np.median(b, axis)
 
 
 def machine() -> str:

@@ -181,14 +181,23 @@ def test_log_z_table_gives_the_difference_of_medians_the_spread_and_the_mean_z_p
     # spread: task a only (b has 2 finished pairs): sd 1 against 0; log mean Ẑ: task a
     # log((e^-1 + e^-2 + e^-3) / 3) + 2 = +0.309, task b log(2/3) = -0.405 (its empty run is Ẑ = 0);
     # per task (a only): median -2 against -2
-    assert row.endswith("| 1.00 | 0.00 | -0.05 | +0.00 (1/1) |")
+    # all 6 pairs, the empty run lowest: ours -inf, -3, -2, -1, -1, -1 (median -1.5) against the
+    # peer's -2, -2, -2, -1, -1, -1 (-1.5)
+    # peer's -2, -2, -2, -1, -1, -1 (-1.5); a resample with the empty run at its median has no
+    # finite lower bound
+    assert row.endswith("| 1.00 | 0.00 | -0.05 | +0.00 (1/1) | +0.00 [-inf, +1.00] (6) |")
     assert "| masking:flexible |" not in table
     # per task: +3 on task a, -1 on task c: mean +1, one of two at or above
     records = [rec(m, t, s, v) for m, runs in (("smc", {"a": [-1.0] * 3, "c": [-5.0] * 3}),
                                                ("peer", {"a": [-4.0] * 3, "c": [-4.0] * 3}))
                for t, vs in runs.items() for s, v in enumerate(vs)]
     row = bench_quality.summarize(records, baseline="peer").split("log Ẑ against peer")[1].split("| smc |")[1]
-    assert row.splitlines()[0].endswith("| +1.00 (1/2) |")
+    assert row.splitlines()[0].endswith("| +1.00 (1/2) | +1.00 [-1.00, +3.00] (6) |")
+    # more than half the runs without an answer: no median to compare
+    records = [rec(m, "a", s, v) for m, vs in (("smc", [None, None, -1.0]), ("peer", [-1.0] * 3))
+               for s, v in enumerate(vs)]
+    row = bench_quality.summarize(records, baseline="peer").split("log Ẑ against peer")[1].split("| smc |")[1]
+    assert row.splitlines()[0].endswith("| no answer in half the runs (3) |")
 
 
 def test_method_spec_names_every_setting_it_passes_on():
