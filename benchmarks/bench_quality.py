@@ -393,19 +393,20 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
     ma, mb = np.median(fin[:, 0]), np.median(fin[:, 1])
     lo, hi = bootstrap_ci(fin[:, 0], fin[:, 1], statistic=median_gap)
     # every pair, a run with no answer below every finite log Ẑ (medians are order statistics, and
-    # a finite stand-in keeps the bootstrap's percentiles finite)
+    # a finite stand-in keeps the bootstrap's percentiles finite); a median below every finite
+    # value met the stand-in, so it is -inf
     every = np.array([p for v in per_task.values() for p in v])
-    floor = fin.min() - 1e3
+    floor, reach = fin.min() - 1e3, fin.max() - fin.min()
     every = np.where(np.isfinite(every), every, floor)
-    d_all = float(median_gap(every[:, 0], every[:, 1], axis=-1))
+    med_all = [m if m >= fin.min() else -math.inf for m in np.median(every, axis=0)]
     lo_all, hi_all = bootstrap_ci(every[:, 0], every[:, 1], statistic=median_gap)
-    reach = fin.max() - fin.min()  # a bound past it comes from a resample whose median had no answer
 
     def bound(x: float) -> str:
+        """A difference past any two finite medians' came from a median with no answer."""
         return "-inf" if x < -reach else "+inf" if x > reach else f"{x:+.2f}"
 
-    all_cell = (f"{d_all:+.2f} [{bound(lo_all)}, {bound(hi_all)}] ({len(every)})"
-                if np.median(every, axis=0).min() > floor else f"no answer in half the runs ({len(every)})")
+    all_cell = (f"no answer in half the runs of either ({len(every)})" if med_all == [-math.inf] * 2
+                else f"{bound(med_all[0] - med_all[1])} [{bound(lo_all)}, {bound(hi_all)}] ({len(every)})")
     sds, gaps, task_meds = [], [], []
     for t, v in per_task.items():
         if len(both[t]) >= 3:

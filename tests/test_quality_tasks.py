@@ -193,11 +193,15 @@ def test_log_z_table_gives_the_difference_of_medians_the_spread_and_the_mean_z_p
                for t, vs in runs.items() for s, v in enumerate(vs)]
     row = bench_quality.summarize(records, baseline="peer").split("log Ẑ against peer")[1].split("| smc |")[1]
     assert row.splitlines()[0].endswith("| +1.00 (1/2) | +1.00 [-1.00, +3.00] (6) |")
-    # more than half the runs without an answer: no median to compare
-    records = [rec(m, "a", s, v) for m, vs in (("smc", [None, None, -1.0]), ("peer", [-1.0] * 3))
-               for s, v in enumerate(vs)]
-    row = bench_quality.summarize(records, baseline="peer").split("log Ẑ against peer")[1].split("| smc |")[1]
-    assert row.splitlines()[0].endswith("| no answer in half the runs (3) |")
+    # half or more of one side's runs without an answer: its median is -inf; of both: no difference
+    def all_runs(ours: list, peer: list) -> str:
+        records = [rec(m, "a", s, v) for m, vs in (("smc", ours), ("peer", peer)) for s, v in enumerate(vs)]
+        row = bench_quality.summarize(records, baseline="peer").split("log Ẑ against peer")[1].split("| smc |")[1]
+        return row.splitlines()[0].rsplit(" | ", 1)[1]
+
+    assert all_runs([None, None, -1.0, -2.0], [-1.0] * 4).startswith("-inf [-inf, ")
+    assert all_runs([-1.0] * 3, [None, None, -1.0]).startswith("+inf [")
+    assert all_runs([None, -1.0, None, -1.0], [None, None, -1.0, -1.0]) == "no answer in half the runs of either (4) |"
 
 
 def test_method_spec_names_every_setting_it_passes_on():
