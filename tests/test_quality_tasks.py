@@ -182,7 +182,6 @@ def test_log_z_table_gives_the_difference_of_medians_the_spread_and_the_mean_z_p
     # log((e^-1 + e^-2 + e^-3) / 3) + 2 = +0.309, task b log(2/3) = -0.405 (its empty run is Ẑ = 0);
     # per task (a only): median -2 against -2
     # all 6 pairs, the empty run lowest: ours -inf, -3, -2, -1, -1, -1 (median -1.5) against the
-    # peer's -2, -2, -2, -1, -1, -1 (-1.5)
     # peer's -2, -2, -2, -1, -1, -1 (-1.5); a resample with the empty run at its median has no
     # finite lower bound
     assert row.endswith("| 1.00 | 0.00 | -0.05 | +0.00 (1/1) | +0.00 [-inf, +1.00] (6) |")
