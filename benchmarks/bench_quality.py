@@ -396,10 +396,12 @@ def log_z_against(method: str, n: int, rs: list[dict], base: dict[tuple, dict]) 
     # a finite stand-in keeps the bootstrap's percentiles finite); a median below every finite
     # value met the stand-in, so it is -inf
     every = np.array([p for v in per_task.values() for p in v])
-    reach = fin.max() - fin.min()
-    floor = fin.min() - 4 * (reach + 1)  # far enough that a median halfway to it lands past reach
+    # a run whose partner had no answer can lie outside fin's range: bound by every finite run
+    finite = every[np.isfinite(every)]
+    reach = finite.max() - finite.min()
+    floor = finite.min() - 4 * (reach + 1)  # far enough that a median halfway to it lands past reach
     every = np.where(np.isfinite(every), every, floor)
-    med_all = [m if m >= fin.min() else -math.inf for m in np.median(every, axis=0)]
+    med_all = [m if m >= finite.min() else -math.inf for m in np.median(every, axis=0)]
     lo_all, hi_all = bootstrap_ci(every[:, 0], every[:, 1], statistic=median_gap)
 
     def bound(x: float) -> str:
