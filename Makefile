@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(PY) -m smc generate --prompt "Give me a US phone number." --regex "[0-9]{3}-[0-9]{3}-[0-9]{4}" --particles 8 --max-tokens 24 --seed 0
 
 test: $(STAMP)
-	$(PY) -m pytest -q -x --durations=15
+	$(PY) -m pytest -q -x -n auto --durations=15
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
