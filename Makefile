@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m smc generate --prompt "Give me a US phone number." --regex "[0-9]{3}-[0-9]{3}-[0-9]{4}" --particles 8 --max-tokens 24 --seed 0
 
-# One pytest-xdist worker per core, each with torch's default threads: the suite's float32
-# tolerances were set there (one thread per worker moves a log-prob check past 1e-4).
+# One pytest-xdist worker per core; tests/conftest.py gives each worker's torch its share of the
+# cores (OMP_NUM_THREADS), so workers do not spin against each other's threads.
 test: $(STAMP)
 	$(PY) -m pytest -q -x -n auto --durations=15
 

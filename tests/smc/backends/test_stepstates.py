@@ -10,7 +10,10 @@ import pytest
 from smc.backends import stepstates
 from smc.backends.stepstates import placement
 
-TOL = 1e-4
+#: float32 rounding only: the batched pass (padding, kept states) and a plain forward sum in
+#: different orders. Largest difference measured here, on a log-prob of -25: 0.9e-4 with two torch
+#: threads, 1.26e-4 with one (as each test worker runs); a stale or misplaced row is off by nats.
+TOL = 2.5e-4
 
 
 @pytest.mark.parametrize(
