@@ -1,6 +1,6 @@
 """benchmarks/bench_sidebyside.py: the schema draw, the scoring and the summary on records of our
 own, and its quick form end to end on a corpus of three schemas written here (the MaskBench
-corpus is not vendored): three smc-steer rows always, each masking peer only where its venv was
+corpus is not vendored): three smc-steer rows always (a fourth on a toy LM), each masking peer only where its venv was
 built (``bench_sidebyside.py --setup``)."""
 
 from __future__ import annotations
@@ -124,10 +124,27 @@ def test_rows_of_another_seed_are_rows_of_their_own():
                                 "best masking engine on 1 split(s): A")
 
 
-#: the defaults, a row with an smc.generate setting, and one with a setting and a JSONSchema
-#: option: every way a row's settings reach a run (bench_sidebyside.run_smc). The other rows
-#: only pass other values the same ways, and each row is three cold runs of the embedded model.
-QUICK_ROWS = ("smc-steer", "smc-steer:N=1", "smc-steer:strict+T=0")
+#: the defaults, a row with an smc.generate setting, and one with a JSONSchema option: the ways a
+#: row's settings reach a sampled run (bench_sidebyside.run_smc); temperature 0, the other way,
+#: is checked on a toy LM below (on the embedded model its exact search alone took 40 of this
+#: test's 70 s). Each row is three cold runs of the embedded model.
+QUICK_ROWS = ("smc-steer", "smc-steer:N=1", "smc-steer:strict")
+
+
+def test_a_temperature_0_row_answers_the_most_probable_valid_text():
+    """On a toy LM whose most probable texts are invalid or less likely: of the schema's values
+    '"a"' (p = 5e-4), '"b"' (4e-4) and '"ab"' (3.6e-3), the T = 0 row answers '"ab"'."""
+    from potentials import JSONSchema
+    from smc.backends.toy import ToyLM
+
+    def probs(ids):  # vocab '"', 'a', 'b', '$' (EOS); after an 'a' a 'b' is likely
+        return [0.05, 0.02, 0.9, 0.03] if ids and ids[-1] == 1 else [0.4, 0.5, 0.05, 0.05]
+
+    lm = ToyLM(['"', "a", "b", "$"], "$", probs)
+    settings, options = sbs.SMC_ROWS["smc-steer:strict+T=0"]  # run_smc's two steps, less its cache reset
+    task = {"prompt_ids": [], "max_tokens": 6}
+    r = sbs.generate(lm, task, JSONSchema({"enum": ["a", "b", "ab"]}, **options), {**settings, "seed": 0})
+    assert list(r.posterior) == ['"ab"']
 
 
 @pytest.mark.slow
