@@ -4,8 +4,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Under pytest-xdist (`make test`: one worker per core) each worker's torch, and the processes it
 # starts, get their share of the cores rather than all of them: two workers each running two
-# spinning BLAS threads on two cores ran the model tests 2.4 times slower (476 s against 196 s
-# for tests/smc/backends and test_tokenization_sum.py). Set before anything imports torch.
+# spinning BLAS threads on two cores ran the model tests 2.1-2.4 times slower (405-476 s against
+# 196 s for tests/smc/backends and test_tokenization_sum.py). Set before anything imports torch.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
 if _WORKERS:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
