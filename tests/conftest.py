@@ -8,7 +8,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # 196 s for tests/smc/backends and test_tokenization_sum.py). Set before anything imports torch.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
 if _WORKERS:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+    # the cores this process may run on (a container's CPU set), not the host's
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _CORES // _WORKERS)))
 
 import pytest
 from hypothesis import settings
