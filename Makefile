@@ -25,7 +25,7 @@ demo: $(STAMP)
 # One pytest-xdist worker per core; tests/conftest.py gives each worker's torch its share of the
 # cores (OMP_NUM_THREADS), so workers do not spin against each other's threads. Work stealing:
 # with the default scheduling one worker sat idle for the last 99 of 912 s while the other ran
-# the four notebooks queued to it (the slowest files are collected last).
+# the four notebooks queued to it (the slowest files are collected last); stealing, 8 s apart.
 test: $(STAMP)
 	$(PY) -m pytest -q -x -n auto --dist worksteal --durations=15
 
