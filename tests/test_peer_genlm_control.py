@@ -36,7 +36,7 @@ def test_recipe_pins_the_release_and_leaves_torch_to_the_caller():
 def test_command_line_starts_without_genlm_control():
     out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True)
     assert out.returncode == 0
-    assert "--mode" in out.stdout and "patterns" in out.stdout
+    assert "--mode" in out.stdout and "patterns" in out.stdout and "exact" in out.stdout
 
 
 def test_posterior_counts_finished_decodable_particles_only():
@@ -69,3 +69,23 @@ def test_no_finished_particle_gives_an_empty_posterior():
     assert peer.finished_posterior([[Tok(1, b"x")]], [0.0], lambda t: t is EOS) == ({}, {})
     assert peer.finished_posterior([[Tok(1, b"x"), EOS]], [-math.inf],
                                    lambda t: t is EOS) == ({}, {})
+
+
+def test_tokenizations_enumerate_every_spelling_up_to_the_bound():
+    vocab = {1: b"a", 2: b"b", 3: b"ab", 4: b"abc", 5: b"c", 6: b"x"}
+    assert sorted(peer.tokenizations(vocab, b"abc", 3)) == [(1, 2, 5), (3, 5), (4,)]
+    assert sorted(peer.tokenizations(vocab, b"abc", 2)) == [(3, 5), (4,)]  # (1, 2, 5) is too long
+    assert peer.tokenizations(vocab, b"abd", 3) == []
+
+
+def test_mean_and_se():
+    mean, se = peer.mean_and_se([1.0, 2.0, 3.0, 6.0])
+    assert mean == 3.0
+    assert se == pytest.approx(math.sqrt((4 + 1 + 0 + 9) / 3 / 4))
+    assert peer.mean_and_se([5.0]) == (5.0, 0.0)
+
+
+def test_int_list_reads_commas_and_inclusive_ranges():
+    assert peer.int_list("0") == [0]
+    assert peer.int_list("0,3,5-7") == [0, 3, 5, 6, 7]
+    assert peer.int_list("0-999")[-1] == 999 and len(peer.int_list("0-999")) == 1000

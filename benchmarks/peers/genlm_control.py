@@ -50,8 +50,20 @@ patterns
     ``status`` (ok / no_sample / timeout / compile_error), the posterior, log Ẑ, seconds;
     bench_patterns scores them as it scores smc-steer.
 
+exact
+    The check that genlm-control's log Ẑ estimates the Z smc-steer's does: per task (fields
+    ``texts``, a finite language, besides the common ones), the exact
+
+        Z = sum over texts s, over token sequences t spelling s with |t| < max_tokens, of
+            p(t, EOS | prompt)
+
+    (genlm-control's ``max_tokens`` counts the EOS), scored with genlm-control's own LM rows,
+    and the mean of Ẑ (and of Ẑ times each text's posterior mass) over the ``--seeds`` runs of
+    ``BoolFSA.from_regex`` of the texts, each with its standard error. One record per task and
+    N: the exact masses, the means, their standard errors and z-scores.
+
     .venv-peers/genlm-control/bin/python benchmarks/peers/genlm_control.py \\
-        --tasks-file tasks.jsonl --out records.jsonl [--mode json|quality|patterns]
+        --tasks-file tasks.jsonl --out records.jsonl [--mode json|quality|patterns|exact]
         [--particles 10] [--seeds 0] [--ess-threshold 0.5]
 """
 
@@ -63,6 +75,7 @@ import importlib.metadata as md
 import json
 import math
 import platform
+import re
 import string
 import sys
 import time
@@ -308,22 +321,122 @@ async def run_patterns(args: argparse.Namespace) -> None:
               f"{task['pattern']!r} {rec.get('texts', '')!r:.100}", flush=True)
 
 
+# ---------------------------------------------------------------------------- exact
+def tokenizations(vocab: dict[int, bytes], text: bytes, most: int) -> list[tuple[int, ...]]:
+    """Every sequence of at most ``most`` ids of ``vocab`` (id -> non-empty bytes) whose bytes
+    concatenate to ``text``."""
+    by_first: dict[int, list[int]] = {}
+    for i, b in vocab.items():
+        by_first.setdefault(b[0], []).append(i)
+    out: list[tuple[int, ...]] = []
+
+    def walk(pos: int, acc: tuple[int, ...]) -> None:
+        if pos == len(text):
+            out.append(acc)
+            return
+        if len(acc) < most:
+            for i in by_first.get(text[pos], ()):
+                if text.startswith(vocab[i], pos):
+                    walk(pos + len(vocab[i]), acc + (i,))
+
+    walk(0, ())
+    return out
+
+
+def mean_and_se(values: list[float]) -> tuple[float, float]:
+    """(mean, standard error of the mean) of ``values``."""
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var / n)
+
+
+async def run_exact(args: argparse.Namespace) -> None:
+    from genlm.control import AWRS, BoolFSA
+    from genlm.control.constant import EndOfSequence
+
+    tasks = read_tasks(args.tasks_file)
+    llm = load_llm(tasks[0]["model_dir"], tasks[0]["eos_token_ids"])
+    decode = llm.token_maps.decode
+    eos = set(tasks[0]["eos_token_ids"])
+    # genlm-control writes every other token whose bytes spell the text, special ones included
+    vocab = {i: bytes(t) for i, t in enumerate(decode) if i not in eos and len(bytes(t)) > 0}
+    vers = versions()
+    for task in tasks:
+        set_prompt(llm, task["prompt_ids"])
+        rows: dict[tuple[int, ...], object] = {}
+
+        async def row(ids: tuple[int, ...]):
+            if ids not in rows:
+                rows[ids] = await llm.logw_next([decode[i] for i in ids])
+            return rows[ids]
+
+        exact = {}
+        for text in task["texts"]:
+            total = 0.0
+            for t in tokenizations(vocab, text.encode(), task["max_tokens"] - 1):
+                lp = 0.0
+                for k in range(len(t)):
+                    lp += float((await row(t[:k]))[decode[t[k]]])
+                total += math.exp(lp + float((await row(t))[llm.eos]))
+            exact[text] = total
+        z = sum(exact.values())
+        potential = BoolFSA.from_regex("|".join(re.escape(s) for s in task["texts"]))
+        for n in args.particles:
+            zhats, masses = [], {s: [] for s in task["texts"]}
+            for seed in args.seeds:
+                seqs = await AWRS(llm, potential.coerce(llm, f=b"".join), seed=seed).smc(
+                    n_particles=n, ess_threshold=args.ess_threshold, max_tokens=task["max_tokens"])
+                post, _ = finished_posterior(seqs.contexts, seqs.log_weights,
+                                             lambda t: isinstance(t, EndOfSequence))
+                zhat = math.exp(seqs.log_ml) if seqs.log_ml > -math.inf else 0.0
+                zhats.append(zhat)
+                for s in masses:
+                    masses[s].append(zhat * post.get(s, 0.0))
+            mean, se = mean_and_se(zhats)
+            per_text = {s: mean_and_se(v) for s, v in masses.items()}
+            rec = {"task": task.get("task", "exact"), "N": n, "runs": len(zhats),
+                   "ess_threshold": args.ess_threshold, "max_tokens": task["max_tokens"],
+                   "exact": exact, "exact_z": z, "mean_zhat": mean, "se": se,
+                   "z_score": (mean - z) / se if se > 0 else None,
+                   "per_text": {s: {"mean": m, "se": e, "z_score": (m - exact[s]) / e if e > 0 else None}
+                                for s, (m, e) in per_text.items()},
+                   "versions": vers}
+            with open(args.out, "a") as f:
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            print(f"{rec['task']} N={n} runs={len(zhats)}: mean Ẑ {mean:.6g} (SE {se:.2g}) against "
+                  f"Z {z:.6g}, z = {rec['z_score']:+.2f}; per text "
+                  + ", ".join(f"{s} {v['z_score']:+.2f}" for s, v in rec["per_text"].items()), flush=True)
+
+
+def int_list(spec: str) -> list[int]:
+    """'0,3,5-7' -> [0, 3, 5, 6, 7]: comma-separated integers and inclusive ranges A-B."""
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, dash, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks-file", required=True,
                     help="bench_sidebyside.py --export (json), bench_quality.py --export "
-                         "(quality), or bench_patterns.py's task file (patterns)")
+                         "(quality), bench_patterns.py's task file (patterns), or a finite "
+                         "language's (exact: prompt_ids, eos_token_ids, model_dir, max_tokens, texts)")
     ap.add_argument("--out", required=True, help="append one JSON record per task (run) here")
-    ap.add_argument("--mode", choices=("json", "quality", "patterns"), default="json")
+    ap.add_argument("--mode", choices=("json", "quality", "patterns", "exact"), default="json")
     ap.add_argument("--particles", default="10",
-                    help="N (json: the first; quality: comma-separated; patterns: the task's)")
-    ap.add_argument("--seeds", default="0", help="comma-separated (json: the first)")
+                    help="N (json: the first; quality, exact: comma-separated; patterns: the task's)")
+    ap.add_argument("--seeds", default="0",
+                    help="comma-separated, ranges A-B included (json: the first)")
     ap.add_argument("--ess-threshold", type=float, default=0.5)
     args = ap.parse_args()
-    args.particles = [int(x) for x in args.particles.split(",")]
-    args.seeds = [int(x) for x in args.seeds.split(",")]
+    args.particles = int_list(args.particles)
+    args.seeds = int_list(args.seeds)
     warnings.simplefilter("ignore")
-    run = {"json": run_json, "quality": run_quality, "patterns": run_patterns}[args.mode]
+    run = {"json": run_json, "quality": run_quality, "patterns": run_patterns,
+           "exact": run_exact}[args.mode]
     asyncio.run(run(args))
 
 
