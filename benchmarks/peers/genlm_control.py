@@ -352,8 +352,7 @@ def mean_and_se(values: list[float]) -> tuple[float, float]:
 
 
 async def run_exact(args: argparse.Namespace) -> None:
-    from genlm.control import AWRS, BoolFSA
-    from genlm.control.constant import EndOfSequence
+    from genlm.control import BoolFSA
 
     tasks = read_tasks(args.tasks_file)
     llm = load_llm(tasks[0]["model_dir"], tasks[0]["eos_token_ids"])
@@ -385,14 +384,11 @@ async def run_exact(args: argparse.Namespace) -> None:
         for n in args.particles:
             zhats, masses = [], {s: [] for s in task["texts"]}
             for seed in args.seeds:
-                seqs = await AWRS(llm, potential.coerce(llm, f=b"".join), seed=seed).smc(
-                    n_particles=n, ess_threshold=args.ess_threshold, max_tokens=task["max_tokens"])
-                post, _ = finished_posterior(seqs.contexts, seqs.log_weights,
-                                             lambda t: isinstance(t, EndOfSequence))
-                zhat = math.exp(seqs.log_ml) if seqs.log_ml > -math.inf else 0.0
+                out = await run_smc(llm, potential, n, args.ess_threshold, task["max_tokens"], seed)
+                zhat = math.exp(out["log_z"]) if out["log_z"] > -math.inf else 0.0
                 zhats.append(zhat)
                 for s in masses:
-                    masses[s].append(zhat * post.get(s, 0.0))
+                    masses[s].append(zhat * out["posterior"].get(s, 0.0))
             mean, se = mean_and_se(zhats)
             per_text = {s: mean_and_se(v) for s, v in masses.items()}
             rec = {"task": task.get("task", "exact"), "N": n, "runs": len(zhats),
