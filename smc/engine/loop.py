@@ -15,8 +15,8 @@ outgrows the rest can then take over its island only, not the whole population.
 
 A critic may protect particles from being dropped (``critic.holds(particle)``: the budget twist
 protects those inside a literal they have begun, smc.engine.critics). When their island
-resamples, ancestors are drawn by priorities instead of weights: a held particle whose weight
-is below the island's mean priority T / n gets priority T / n (so one child in expectation, and
+resamples, ancestors are drawn by priorities instead of weights: a held particle still alive
+whose weight is below the island's mean priority T / n gets priority T / n (so one child in expectation, and
 exactly one with systematic resampling), the others their weight, T the sum of the priorities;
 a child of a then gets weight (T / n) w_a / prio_a: its ancestor's own weight if that was
 raised, else T / n. Priorities chosen from the current population keep the population properly
@@ -264,8 +264,10 @@ async def run_steps(
                 )
 
                 def held(i: int) -> bool:
-                    """Asked by _resample only where an island resamples (most steps none)."""
-                    return holds is not None and i in live_set and bool(holds(pop[i]))
+                    """Asked by _resample only where an island resamples (most steps none); a
+                    particle that died at this step has nothing to protect (raised, it would
+                    take a child from the live ones)."""
+                    return holds is not None and i in live_set and lw[i] > NEG_INF and bool(holds(pop[i]))
 
                 ancestors, weights = _resample(lw, islands, ess_threshold, scheme, rng, held, power)
                 if ancestors is not None:

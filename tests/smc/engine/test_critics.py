@@ -426,6 +426,22 @@ def test_held_particles_are_never_dropped():
     assert dropped(BudgetCritic(per_byte=0.8, hold_literals=False)) > 0
 
 
+def test_a_held_particle_that_died_gets_no_child():
+    """A particle whose step killed it (the direct sampler drew a token the constraint rejects)
+    is not protected, held or not: no resampling draws it as an ancestor, where with every
+    particle held a dead one would otherwise take a child from the live ones."""
+    model = ConstrainedGeneration(make_sampler("direct", SPLIT_LM, SPLIT_SCHEMA.lift(SPLIT_LM)), SPLIT_T)
+    events = deaths = 0
+    for seed in range(20):
+        r = asyncio.run(smc(model, 8, ess_threshold=1.0, seed=seed, critic=HoldingAll(), progress=False))
+        for rec in r.history:
+            if rec.ancestors is not None:
+                events += 1
+                deaths += sum(live and w == -math.inf for live, w in zip(rec.active, rec.log_weights))
+                assert all(rec.log_weights[a] > -math.inf for a in rec.ancestors)
+    assert events > 0 and deaths > 0
+
+
 def test_a_runs_stats_count_its_critics_work():
     """Result.stats["critic"] is the change of the critic's counters over the run: all its searches
     in the first run, none but cache hits when the same critic runs the same work again."""
