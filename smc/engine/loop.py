@@ -16,12 +16,13 @@ outgrows the rest can then take over its island only, not the whole population.
 A critic may protect particles from being dropped (``critic.holds(particle)``: the budget twist
 protects those inside a literal they have begun, smc.engine.critics). When their island
 resamples, ancestors are drawn by priorities instead of weights: a held particle still alive
-whose weight is below the island's mean priority T / n gets priority T / n (so one child in expectation, and
-exactly one with systematic resampling), the others their weight, T the sum of the priorities;
-a child of a then gets weight (T / n) w_a / prio_a: its ancestor's own weight if that was
-raised, else T / n. Priorities chosen from the current population keep the population properly
-weighted and the mean weight an unbiased estimate of Z (E[sum over the children of w f(x)] =
-sum_i w_i f(x_i) given the population); without held particles this is plain resampling.
+whose weight is below the island's mean priority T / n gets priority T / n (so one child in
+expectation, and exactly one with systematic resampling), the others their weight, T the sum
+of the priorities; a child of a then gets weight (T / n) w_a / prio_a: its ancestor's own
+weight if that was raised, else T / n. Priorities chosen from the current population keep the
+population properly weighted and the mean weight an unbiased estimate of Z (E[sum over the
+children of w f(x)] = sum_i w_i f(x_i) given the population); without held particles this is
+plain resampling.
 
 ``resampling_power=a`` in (0, 1] draws ancestors by priorities w_i^a instead of w_i (the held
 particles' raised on top of these), and a child of a then gets (T / n) w_a / w_a^a: a lineage

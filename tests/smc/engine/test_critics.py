@@ -319,8 +319,8 @@ class PartlyRated:
 def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sampler, critic, ess, toy, islands, power):
     """E[Ẑ] = Z and E[Ẑ * sum_i wbar_i 1[x_i = s]] = p(s, EOS) phi(s) for the strings s of at
     least 5% of Z, by enumeration of the target (JSON_T tokens), with no sample outside it, with
-    the per-byte twist as the critic (in the
-    third case one that rates only some particles, so some steps go untwisted; in the last three
+    the per-byte twist as the critic (in the third case one that rates only some particles, so
+    some steps go untwisted; in the last three
     a key split over two tokens, so particles inside it are held, their resampling priorities
     raised; in the sixth and the last in 2 islands of 2, as the defaults combine islands and the
     hold; in the last two with ancestors drawn by the weights to the power 0.5, as the defaults
@@ -354,7 +354,7 @@ def test_per_byte_twist_keeps_z_hat_unbiased_and_the_target_on_a_json_toy(sample
     assert toy == "json" or critic.held > 0
     assert set().union(*mass) <= set(target)
     # Ẑ and each string of at least 5% of Z (three on either toy, 95% of Z or more), within 4
-    # standard errors: these estimators are heavy-tailed (a run of 1000 can carry 30 times a
+    # standard errors: these estimators are heavy-tailed (one run in 1000 can carry 30 times a
     # string's mass), so their sample deviations run low, and the ~32 checks of the eight cases
     # need room. The rarer strings (2% to 5% of Z together) are left to Ẑ: a string hit in a few
     # dozen runs is carried by a few weights hundreds of times its mass, and sat 3 to 9 of its
