@@ -14,7 +14,7 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
     unconstrained        one sample with no constraint (budget max_tokens + 32: the model may
                          chat before answering), read as a user would (quality_tasks.parse_answer:
                          outermost {...}, first regex match, first grammar line)
-    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME][:power=A]
+    SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME][:power=A][:OPTION=K]
                          SMC with smc.generate(sampler=SAMPLER) (awrs, direct or masking), the JSON
                          whitespace WS (compact, flexible or an int run length; ignored by regex and
                          grammar tasks), and with ``budget`` the smc.engine.critics.BudgetCritic critic
@@ -26,7 +26,9 @@ masking, whose weights are improper; a point mass for one unconstrained sample).
                          ``islands=K``: smc.generate(islands=K) (default: generate's own default;
                          ``islands=1`` is plain SMC); ``resampling=NAME``:
                          smc.generate(resampling=NAME) (default: generate's own); ``power=A``:
-                         smc.generate(resampling_power=A) (default: generate's own)
+                         smc.generate(resampling_power=A) (default: generate's own);
+                         ``OPTION=K``: the sampler's option OPTION set to the integer K
+                         (smc.generate(sampler_options=...); e.g. awrs's early_fallback_permille)
 
 Summary: per method and N, the mean of each quantity over runs with a 95% bootstrap interval
 (runs resampled with replacement, 2000 times); "finished where masking finished": among the
@@ -82,6 +84,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import quality_tasks as qt  # noqa: E402
 from smc.core import defaults  # noqa: E402
 from smc.core.defaults import islands_for  # noqa: E402
+from samplers import SAMPLERS  # noqa: E402
 
 SAMPLER_NAMES = ("awrs", "direct", "masking")
 #: a run "collapsed" when its log Ẑ is this many nats below its setting's median (or it is empty)
@@ -91,17 +94,18 @@ DEFAULT_METHODS = "unconstrained,masking:flexible,awrs:compact,awrs:flexible"
 
 def parse_method(spec: str) -> dict:
     """'unconstrained' or
-    'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME][:power=A]'
+    'SAMPLER[:WS][:budget[=RATE]][:per_byte=C][:hold=0|1][:islands=K][:resampling=NAME][:power=A][:OPTION=K]'
     -> {sampler, whitespace, critic: (rate, per_byte, hold_literals or None: N's default) or None,
-    islands, resampling, power}."""
+    islands, resampling, power, options: the sampler options set, as sorted (name, K) pairs}."""
     if spec == "unconstrained":
         return {"sampler": None, "whitespace": None, "critic": None, "islands": None, "resampling": None,
-                "power": None}
+                "power": None, "options": ()}
     parts = spec.split(":")
     if parts[0] not in SAMPLER_NAMES:
         raise ValueError(f"unknown method {spec!r}: start with unconstrained, {', '.join(SAMPLER_NAMES)}")
     ws: str | int = "compact"
     rate, per_byte, hold, islands, resampling, power = None, None, None, None, None, None
+    options: dict[str, int] = {}
     for p in parts[1:]:
         if p in ("compact", "flexible"):
             ws = p
@@ -119,6 +123,8 @@ def parse_method(spec: str) -> dict:
             resampling = p[11:]
         elif p.startswith("power="):
             power = float(p[6:])
+        elif p.partition("=")[0] in SAMPLERS[parts[0]].OPTIONS and p.partition("=")[2].isdigit():
+            options[p.partition("=")[0]] = int(p.partition("=")[2])
         else:
             raise ValueError(f"unknown part {p!r} in method {spec!r}")
     critic = None
@@ -127,7 +133,7 @@ def parse_method(spec: str) -> dict:
     if rate is not None or per_byte is not None:
         critic = (1.0 if rate is None else rate, per_byte or 0.0, hold)
     return {"sampler": parts[0], "whitespace": ws, "critic": critic, "islands": islands,
-            "resampling": resampling, "power": power}
+            "resampling": resampling, "power": power, "options": tuple(sorted(options.items()))}
 
 
 def run_key(method: str, n: int, task: qt.Task, seed: int) -> tuple:
@@ -137,7 +143,7 @@ def run_key(method: str, n: int, task: qt.Task, seed: int) -> tuple:
     m = parse_method(method)
     islands = m["islands"] or (islands_for(n) if m["sampler"] else None)
     return (task.name, m["sampler"], m["whitespace"] if task.family == "json" else None,
-            m["critic"], islands, m["resampling"], m["power"], n, seed)
+            m["critic"], islands, m["resampling"], m["power"], m["options"], n, seed)
 
 
 def constraint_for(task: qt.Task, whitespace):
@@ -178,7 +184,8 @@ def run_one(lm, task: qt.Task, spec: str, n: int, seed: int, ess_threshold: floa
                      max_tokens=task.max_tokens, seed=seed, sampler=m["sampler"],
                      ess_threshold=ess_threshold, progress=False, critic=critic, islands=m["islands"],
                      **({} if m["resampling"] is None else {"resampling": m["resampling"]}),
-                     **({} if m["power"] is None else {"resampling_power": m["power"]}))
+                     **({} if m["power"] is None else {"resampling_power": m["power"]}),
+                     sampler_options=dict(m["options"]))
     wall = time.perf_counter() - t0
     post = r.posterior
     acc = val = 0.0

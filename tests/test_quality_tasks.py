@@ -206,15 +206,18 @@ def test_log_z_table_gives_the_difference_of_medians_the_spread_and_the_mean_z_p
 def test_method_spec_names_every_setting_it_passes_on():
     import bench_quality
 
-    m = bench_quality.parse_method("awrs:flexible:per_byte=0.5:islands=1:resampling=systematic:power=0.5")
+    m = bench_quality.parse_method(
+        "awrs:flexible:per_byte=0.5:islands=1:resampling=systematic:power=0.5:max_checks=9:early_fallback=2")
     assert m == {"sampler": "awrs", "whitespace": "flexible", "critic": (1.0, 0.5, None), "islands": 1,
-                 "resampling": "systematic", "power": 0.5}
+                 "resampling": "systematic", "power": 0.5, "options": (("early_fallback", 2), ("max_checks", 9))}
     # hold alone: the default twist with its hold set
     assert bench_quality.parse_method("awrs:flexible:hold=0")["critic"] == (1.0, 0.5, False)
     assert bench_quality.parse_method("masking:flexible")["resampling"] is None  # generate's default
     assert bench_quality.parse_method("masking:flexible")["power"] is None
     with pytest.raises(ValueError, match="unknown part 'resample=x'"):
         bench_quality.parse_method("awrs:resample=x")
+    with pytest.raises(ValueError, match="unknown part 'max_checks=9'"):  # not an option of masking
+        bench_quality.parse_method("masking:max_checks=9")
 
 
 def test_cells_differing_in_any_setting_are_different_runs():
@@ -224,7 +227,7 @@ def test_cells_differing_in_any_setting_are_different_runs():
     base = bench_quality.run_key("awrs:flexible:islands=1", 8, task, 0)
     for other in ("awrs:flexible:islands=1:resampling=systematic", "awrs:flexible:islands=1:per_byte=0.5",
                   "awrs:compact:islands=1", "direct:flexible:islands=1", "awrs:flexible:islands=2",
-                  "awrs:flexible:islands=1:power=1"):
+                  "awrs:flexible:islands=1:power=1", "awrs:flexible:islands=1:early_fallback_permille=50"):
         assert bench_quality.run_key(other, 8, task, 0) != base, other
     # the same run under two names: N = 8 is one population by default
     assert bench_quality.run_key("awrs:flexible", 8, task, 0) == base

@@ -136,7 +136,7 @@ class Request:
         seed: a non-negative integer seeding all randomness, or None for fresh entropy.
         sampler: "awrs", "direct" or "masking" (the improper baseline).
         sampler_options: the sampler's own options (AWRS: max_checks, max_draws,
-            early_fallback; see its class).
+            early_fallback, early_fallback_permille; see its class).
         ess_threshold: resample when ESS < ess_threshold * N (0: never, importance sampling).
         resampling: "multinomial", "stratified", "systematic" or "residual".
         resampling_power: a in (0, 1]: ancestors are drawn by the weights to the power a, the

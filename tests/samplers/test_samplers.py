@@ -102,11 +102,13 @@ KEPT = KeptMasks(6, [EOS], viable, done)
 
 
 @pytest.mark.parametrize("ctx", CONTEXTS)
-@pytest.mark.parametrize("early,cap", [(1, 64), (2, 64), (2, 1), (0, 64)])
-def test_early_fallback_properly_weighted_by_enumeration(ctx, early, cap):
-    """Stopping after ``early`` rejections with none accepted (a rule on the discrete path) keeps
-    AWRS properly weighted, with and without the check cap."""
-    sampler = AWRSSampler(LM, KEPT, max_checks=cap, early_fallback=early)
+@pytest.mark.parametrize("early,permille,cap", [(1, 0, 64), (2, 0, 64), (2, 0, 1), (0, 0, 64), (0, 1, 64),
+                                                (0, 300, 64), (8, 200, 2), (2, 500, 64)])
+def test_early_fallback_properly_weighted_by_enumeration(ctx, early, permille, cap):
+    """Stopping after ``early`` rejections with none accepted, or once the rejected tokens hold
+    ``permille`` thousandths of the mass (rules on the discrete path), keeps AWRS properly
+    weighted, with and without the check cap."""
+    sampler = AWRSSampler(LM, KEPT, max_checks=cap, early_fallback=early, early_fallback_permille=permille)
     np.testing.assert_allclose(enumerated(sampler, ctx), target(ctx), rtol=1e-6, atol=1e-9)
 
 
@@ -489,6 +491,28 @@ def test_known_support_none_until_a_mask_is_cached_and_population_equals_referen
     assert sampler.stats["checks"] == 0 and sampler.stats["exact_steps"] == 2 * len(ctxs)
     dead = asyncio.run(pot.known_support((6,)))
     assert dead is not None and len(dead) == 0  # "x" kills the regex: nothing is allowed
+
+
+@pytest.mark.parametrize("permille", [0, 200])
+def test_a_kept_state_is_simulated_until_its_rejected_mass_reaches_the_share_then_exact(permille):
+    """At a state whose mask the lifted constraint would keep, AWRS computes the mask once the
+    tokens it rejected at a step hold ``early_fallback_permille`` thousandths of the mass,
+    accepted tokens before them or not, so every later visit is an exact step: the simulation's
+    noise at that state is paid a few times, not at every visit. At () the LM puts 0.2 on "cc"
+    and 0.25 on "x" (both rejected) and 0.55 on allowed tokens; with the share off, no visit
+    meets 8 rejections, so every visit is simulated and the weights vary."""
+    lm, pot, eos = _lifted_regex_case()
+    sampler = AWRSSampler(lm, pot, early_fallback_permille=permille)
+    rng = np.random.default_rng(0)
+    weights = [asyncio.run(sampler.sample((), rng))[1] for _ in range(40)]
+    simulated = 40 - sampler.stats["exact_steps"]
+    z = math.log(0.05 + 0.1 + 0.05 + 0.1 + 0.2 + 0.05)  # a, b, ab, ba, c and EOS are allowed
+    if permille:
+        assert sampler.stats["fallbacks"] == 1 and 1 <= simulated <= 5
+        assert all(w == pytest.approx(z, abs=1e-12) for w in weights[simulated:])
+    else:
+        assert sampler.stats["fallbacks"] == 0 and simulated == 40
+        assert np.std(weights) > 0.1
 
 
 def test_lazy_stream_candidates_equal_the_batched_search():
