@@ -18,7 +18,9 @@ Runs: V in {49152, 128256} x N in {16, 64, 256} x constraint (none, Regex("[a-z 
 one-field JSON Schema) x sampler: ``awrs`` (the population step: one batched draw for all
 particles, only candidate ids cross to the CPU), ``awrs-ref`` (the same sampler forced onto the
 one-particle reference path, i.e. the pre-population engine: each particle copies its row to
-float64 numpy), and ``direct`` (whole-vocabulary masks per particle). 32 tokens, seed 0; with
+float64 numpy), and ``direct`` (whole-vocabulary masks per particle); a sampler named with
+options, ``awrs:OPTION=K[:OPTION=K]``, runs with those sampler options (``awrs:early_fallback_permille=0``
+beside ``awrs`` compares an option's cost in one run). 32 tokens, seed 0; with
 ``--seeds K`` seeds 0..K-1, the figure summed over them (the JSON documents' lengths, and so the
 share of costly structural steps, vary with the seed); with ``--repeat R`` each seed's run is
 repeated R times and its fastest wall kept (the runs are identical: seeded; this machine's
@@ -158,8 +160,10 @@ async def one_run(lm: ZeroCostLM, constraint: str, sampler: str, n: int, tokens:
         if hasattr(pot, "build_tables"):  # (older engines: the first mask builds them)
             pot.build_tables()
         await pot.logw_next(())
-    s = make_sampler("awrs" if sampler.startswith("awrs") else sampler, lm, pot, [lm.eos_token_ids[0]])
-    if sampler == "awrs-ref":
+    name, *opts = sampler.split(":")
+    options = {k: int(v) for k, _, v in (o.partition("=") for o in opts)}
+    s = make_sampler("awrs" if name == "awrs-ref" else name, lm, pot, [lm.eos_token_ids[0]], **options)
+    if name == "awrs-ref":
         s.population = False  # the one-particle reference path (the engine before the population step)
     t0 = time.perf_counter()
     r = await smc(ConstrainedGeneration(s, tokens), n, seed=seed, progress=False, critic=budget_twist(per_byte, n))
