@@ -26,7 +26,7 @@ def test_defaults_are_resolved_once_from_the_defaults_module():
     assert Request("hi", Regex("a"), method="beam").lookahead == 0.0
     assert Request("hi", method="steer").n_beam == defaults.N_BEAM
     assert r.sampler_options == {"max_checks": 64, "max_draws": 256, "early_fallback": 8,
-                                 "early_fallback_permille": 0}
+                                 "early_fallback_permille": 50}
 
 
 def test_a_request_is_frozen_and_replace_validates_again():
