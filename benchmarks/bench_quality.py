@@ -139,11 +139,12 @@ def parse_method(spec: str) -> dict:
 def run_key(method: str, n: int, task: qt.Task, seed: int) -> tuple:
     """What makes two cells of the grid the same run: every setting of the method that reaches
     ``smc.generate`` (whitespace only for JSON tasks; islands=None resolved to generate's
-    default for N), the task, N and the seed."""
+    default for N, the sampler's options to its defaults), the task, N and the seed."""
     m = parse_method(method)
     islands = m["islands"] or (islands_for(n) if m["sampler"] else None)
+    options = tuple(sorted(SAMPLERS[m["sampler"]].check_options(dict(m["options"])).items())) if m["sampler"] else ()
     return (task.name, m["sampler"], m["whitespace"] if task.family == "json" else None,
-            m["critic"], islands, m["resampling"], m["power"], m["options"], n, seed)
+            m["critic"], islands, m["resampling"], m["power"], options, n, seed)
 
 
 def constraint_for(task: qt.Task, whitespace):

@@ -225,9 +225,11 @@ def test_cells_differing_in_any_setting_are_different_runs():
 
     task = qt.select("json-00")[0]
     base = bench_quality.run_key("awrs:flexible:islands=1", 8, task, 0)
+    share = bench_quality.SAMPLERS["awrs"].OPTIONS["early_fallback_permille"]
     for other in ("awrs:flexible:islands=1:resampling=systematic", "awrs:flexible:islands=1:per_byte=0.5",
                   "awrs:compact:islands=1", "direct:flexible:islands=1", "awrs:flexible:islands=2",
-                  "awrs:flexible:islands=1:power=1", "awrs:flexible:islands=1:early_fallback_permille=50"):
+                  "awrs:flexible:islands=1:power=1", f"awrs:flexible:islands=1:early_fallback_permille={share + 1}"):
         assert bench_quality.run_key(other, 8, task, 0) != base, other
-    # the same run under two names: N = 8 is one population by default
+    # the same run under two names: N = 8 is one population by default; an option at its default
     assert bench_quality.run_key("awrs:flexible", 8, task, 0) == base
+    assert bench_quality.run_key(f"awrs:flexible:early_fallback_permille={share}", 8, task, 0) == base
