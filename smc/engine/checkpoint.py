@@ -523,7 +523,23 @@ def load(path: str | os.PathLike, *, lm: LMBackend | None, shared: dict[str, Any
         ) from None
     bit_generator = getattr(np.random, state["rng"]["bit_generator"])()
     bit_generator.state = state["rng"]
+    caches = [(bindings[name], saved) for name, saved in state.get("caches", {}).items()]
+    caches += rebuilt_caches(state["pop"])
     run = Run(state["pop"], np.random.Generator(bit_generator), settings, state["history"],
-              header["step"], header["elapsed_s"], state.get("banked"),
-              [(bindings[name], saved) for name, saved in state.get("caches", {}).items()])
+              header["step"], header["elapsed_s"], state.get("banked"), caches)
     return run, header, program_bytes
+
+
+def rebuilt_caches(pop: list[Model]) -> list[tuple[Any, Any]]:
+    """(object, saved) for each shared object of the particles that a checkpoint rebuilds
+    (``rebuilt_on_resume``) and that came back holding caches to refill (``saved_caches``:
+    e.g. an LMContext's samplers, ``smc.programs.context.SamplerCache``), each once."""
+    seen: set[int] = set()
+    out = []
+    for p in pop:
+        for _, obj in shared_paths(p):
+            saved = getattr(obj, "saved_caches", None)
+            if id(obj) not in seen and getattr(type(obj), "rebuilt_on_resume", False) and saved:
+                seen.add(id(obj))
+                out.append((obj, saved))
+    return out

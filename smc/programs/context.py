@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from potentials.base import Potential
 from potentials.lift import as_token_potential
 from samplers import SAMPLERS, Draw, TokenSampler
@@ -14,14 +16,44 @@ from smc.programs.distributions import Distribution
 
 class SamplerCache(dict):
     """(id(constraint), sampler name) -> (constraint, sampler): the token samplers an LMContext
-    built, shared by all its clones. A checkpoint stores it empty (``rebuilt_on_resume``): after
-    a resume each sampler is built again, from the LM and the constraint, on first use."""
+    built for ``lm`` after ``prompt_ids``, shared by all its clones.
+
+    A checkpoint stores no sampler (``rebuilt_on_resume``), only each one's constraint, name and
+    kept caches (``TokenSampler.cache_contexts``: AWRS's steps depend on the masks earlier steps
+    kept); a loaded copy holds those as ``saved_caches``, and ``restore_caches``, which resume
+    awaits before the next step, builds the samplers again and refills their caches, so the
+    resumed steps are the uninterrupted run's."""
 
     shared_by_particles = True
     rebuilt_on_resume = True
 
+    def __init__(self, lm: LMBackend, prompt_ids: tuple[int, ...]):
+        super().__init__()
+        self.lm, self.prompt_ids = lm, prompt_ids
+        self.saved_caches: list[tuple[Potential | None, str, Any]] = []
+
+    def sampler(self, constraint: Potential | None, name: str) -> TokenSampler:
+        """The sampler ``name`` under ``constraint`` (built on first use)."""
+        key = (id(constraint), name)
+        if key not in self:
+            if name not in SAMPLERS:
+                raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+            pot = as_token_potential(constraint, self.lm)
+            self[key] = (constraint, SAMPLERS[name](self.lm, pot, self.prompt_ids))
+        return self[key][1]
+
     def __reduce__(self) -> tuple:
-        return (SamplerCache, ())
+        saved = [(constraint, name, s.cache_contexts()) for (_, name), (constraint, s) in self.items()]
+        return (SamplerCache, (self.lm, self.prompt_ids), {"saved_caches": saved})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.saved_caches = state["saved_caches"]
+
+    async def restore_caches(self, saved: list[tuple[Potential | None, str, Any]]) -> None:
+        """Build each saved sampler again and refill its caches (``TokenSampler.restore_caches``)."""
+        for constraint, name, contexts in saved:
+            await self.sampler(constraint, name).restore_caches(contexts)
+        self.saved_caches = []
 
 
 class LMContext:
@@ -44,7 +76,7 @@ class LMContext:
         self.prompt_ids = tuple(encode_prompt(lm, prompt, chat))
         self.tokens: list[int] = []
         self.done = False
-        self._samplers = SamplerCache()
+        self._samplers = SamplerCache(lm, self.prompt_ids)
 
     def next_token(self, constraint: Potential | None = None, sampler: str = "direct") -> "TokenDist":
         """The next-token distribution p(. | prompt + tokens), times ``constraint``'s weights.
@@ -52,17 +84,7 @@ class LMContext:
         With a constraint the distribution is un-normalized; sampling from it draws a token with
         the named sampler ("direct", "awrs") and scores the local mass estimate.
         """
-        return TokenDist(self, self._sampler(constraint, sampler))
-
-    def _sampler(self, constraint: Potential | None, name: str) -> TokenSampler:
-        key = (id(constraint), name)
-        cache = self._samplers
-        if key not in cache:
-            if name not in SAMPLERS:
-                raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
-            pot = as_token_potential(constraint, self.lm)
-            cache[key] = (constraint, SAMPLERS[name](self.lm, pot, self.prompt_ids))
-        return cache[key][1]
+        return TokenDist(self, self._samplers.sampler(constraint, sampler))
 
     def text(self) -> str:
         return decode(self.lm, self.tokens)

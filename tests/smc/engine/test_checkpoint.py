@@ -221,6 +221,22 @@ async def test_program_with_critic_resumed_after_every_step(tmp_path, step_files
         same_result(r, full)
 
 
+async def test_a_programs_samplers_come_back_with_the_masks_they_kept(tmp_path, step_files):
+    """An LMContext's samplers are not stored but rebuilt on resume; the masks their lifted
+    constraint kept (on which AWRS's steps depend) come back with them, in the same order."""
+    model = Words(make_lm(), CONSTRAINT, 8)
+    await smc.smc(model, 8, seed=4, ess_threshold=0.9, progress=False, checkpoint=tmp_path / "w.ckpt")
+    (_, original), = model.context._samplers.values()  # the one sampler, shared by every particle
+    kept = original.cache_contexts()
+    assert kept["potential"]["masks"]  # the run kept some
+    run, _, _ = ck.load(step_files[max(step_files)], lm=make_lm(), shared={"constraint": CONSTRAINT},
+                        has_critic=False)
+    rebuilt = run.pop[0].context._samplers
+    assert not rebuilt and rebuilt.saved_caches  # nothing built yet; the caches wait to be refilled
+    await run.restore_caches()
+    assert rebuilt.sampler(CONSTRAINT, "awrs").cache_contexts() == kept and not rebuilt.saved_caches
+
+
 async def test_resume_keeps_writing_the_checkpoint(tmp_path, step_files):
     lm = make_lm()
     full = await smc.smc(Words(lm, CONSTRAINT, 6), 4, seed=2, progress=False)
