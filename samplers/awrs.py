@@ -316,7 +316,8 @@ class AWRSSampler(TokenSampler):
     #: rejection, which cost 2.7-3.4 times the engine's time per particle-step on
     #: bench_overhead's JSON row; 50 costs what none does there); on the 30 JSON tasks over 20
     #: seeds it took the median log Ẑ from -0.14 to -0.05 of genlm-control's at N = 8, from
-    #: -0.07 to -0.04 at N = 16 (benchmarks/RESULTS.md, "AWRS's noise at states it never evaluates")
+    #: -0.09 to -0.05 at N = 16 (benchmarks/RESULTS.md, "AWRS's noise at states it never
+    #: evaluates" and "genlm-control at N = 16 over nineteen seeds")
     OPTIONS = {"max_checks": 64, "max_draws": 256, "early_fallback": 8, "early_fallback_permille": 50}
 
     def __init__(
