@@ -123,8 +123,8 @@ def parse_method(spec: str) -> dict:
             resampling = p[11:]
         elif p.startswith("power="):
             power = float(p[6:])
-        elif p.partition("=")[0] in SAMPLERS[parts[0]].OPTIONS and p.partition("=")[2].isdigit():
-            options[p.partition("=")[0]] = int(p.partition("=")[2])
+        elif (opt := p.partition("="))[0] in SAMPLERS[parts[0]].OPTIONS and opt[2].isdigit():
+            options[opt[0]] = int(opt[2])
         else:
             raise ValueError(f"unknown part {p!r} in method {spec!r}")
     critic = None

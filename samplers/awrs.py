@@ -446,6 +446,7 @@ class AWRSSampler(TokenSampler):
         first: int | None = None
         last_rejected: int | None = None
         rejected, any_kept = 0, False  # for the early fallback
+        kept: bool | None = None  # mask_would_be_kept(ctx), asked once: no mask is kept before the fallback
         stats = self.stats
         while True:
             if len(checked) >= self.max_checks or len(log_rates) >= self.max_draws:
@@ -466,7 +467,9 @@ class AWRSSampler(TokenSampler):
                 last_rejected = d
                 rejected += 1
                 early = (rejected == self.early_fallback and not any_kept) or pool.removed_mass >= self._fallback_mass
-                if early and await self.potential.mask_would_be_kept(ctx):
+                if early and kept is None:
+                    kept = await self.potential.mask_would_be_kept(ctx)
+                if early and kept:
                     return await self._fallback(ctx, pool, draw, log_rates, first)
                 continue
             if v < 0.0 and draw(np.array([math.exp(v), -math.expm1(v)])) != 0:
