@@ -1,4 +1,4 @@
-"""Side by side on JSONSchemaBench: smc-steer and the peer engines on the same work, CPU.
+"""Side by side on JSONSchemaBench: smc-steer and the peer engines on the same work, CPU or GPU.
 
 The work. A stratified sample of MaskBench's copy of the JSONSchemaBench schemas
 (``../shared/corpora/maskbench``; split = the file-name prefix before the number, the BFCL_*
@@ -12,7 +12,9 @@ every schema S, the same
                 by smc-steer's one prompt rule (chat template applied) into ``prompt_ids``;
                 every engine is given those ids
     model       the embedded SmolLM2-135M-Instruct, the converted safetensors directory, loaded
-                by transformers on this CPU in float32
+                by transformers in float32 on --device (default cpu, every run recorded before
+                the GPU section of RESULTS; the masking peers get the same device, and
+                genlm-control runs on the CPU only)
     max_tokens  one budget for all (--max-tokens, default 256). Measured on the corpus: the
                 shortest listed valid instance of a schema, json.dumps compact, is at most 32
                 tokens for 33% of the schemas, 64 for 54%, 128 for 73%, 256 for 85% and 512
@@ -82,6 +84,7 @@ crash).
         [--max-tokens 256] [--engines smc-steer,smc-steer:N=1,llguidance,...] [--splits A,B]
     python benchmarks/bench_sidebyside.py --summarize runs.jsonl [--markdown]
     python benchmarks/bench_sidebyside.py --export tasks.jsonl [selection options]
+    python benchmarks/bench_sidebyside.py --tasks tasks.jsonl --device cuda --records runs.jsonl [--engines ...]
     python benchmarks/bench_sidebyside.py --quick --records smoke.jsonl
 
 Records are appended to --records as they finish (one JSON object per engine x task); a run
@@ -90,6 +93,9 @@ skips the pairs already there (resume). ``--smc-seed S`` samples smc-steer's row
 8, the smc-steer rows and each peer whose venv already exists; it is also what the script runs
 with no options at all (as ``make bench`` runs it). Without the corpus at its default place
 (../shared/corpora/maskbench) it says so and exits 0; a --corpus that does not exist is an error.
+``--tasks FILE`` runs the tasks an ``--export`` wrote (on a machine without the corpus: the same
+draw, prompt ids and budget; the file's model directory is replaced by this machine's converted
+copy of the embedded model).
 """
 
 from __future__ import annotations
@@ -202,6 +208,18 @@ def make_tasks(lm, files: list[Path], max_tokens: int) -> list[dict]:
     return tasks
 
 
+def read_tasks(path: Path) -> list[dict]:
+    """The tasks of an ``--export`` file, their model directory this machine's copy of the
+    embedded model (the file names the exporting machine's)."""
+    from smc.backends.loading import embedded_model_dir
+
+    tasks = read_jsonl(path)
+    if not tasks:
+        raise SystemExit(f"{path} holds no tasks (write one with --export)")
+    here = str(embedded_model_dir())
+    return [{**t, "model_dir": here} for t in tasks]
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
@@ -295,11 +313,12 @@ def limit_memory(gb: float) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: float):
+def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: float,
+             device: str = "cpu"):
     """The peer's records for ``tasks``, yielded as its runner writes them: the runner in the
-    peer's venv (OMP_NUM_THREADS=1, address space capped at ``memory_gb`` GiB). A task with no
-    record after ``request_timeout`` seconds (or whose runner dies) gets a failure record naming
-    why, and the runner restarts after it."""
+    peer's venv (OMP_NUM_THREADS=1, address space capped at ``memory_gb`` GiB, none for 0),
+    its model on ``device``. A task with no record after ``request_timeout`` seconds (or whose
+    runner dies) gets a failure record naming why, and the runner restarts after it."""
     if not venvs.exists(engine):
         raise SystemExit(f"no venv for {engine}: run bench_sidebyside.py --setup --engines {engine}")
     runner = RUNNERS[engine]
@@ -317,10 +336,10 @@ def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: 
             write_jsonl(tfile, todo)
             cmd = [str(venvs.python_of(engine)), str(runner), "--tasks-file", str(tfile), "--out", str(out)]
             if engine in MASKING_ENGINES:
-                cmd += ["--engine", engine]
+                cmd += ["--engine", engine, "--device", device]
             with open(log_path, "w") as log:
                 proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                        preexec_fn=lambda: limit_memory(memory_gb))
+                                        preexec_fn=(lambda: limit_memory(memory_gb)) if memory_gb else None)
                 seen, last, why = 0, time.monotonic(), None
                 try:
                     while True:
@@ -361,23 +380,23 @@ class Scorer:
     """valid (jsonschema, the schema's draft, format checking) and log p_LM(output, EOS | prompt)
     by one forward pass of the embedded model in float32, the same for every engine."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
         from smc.backends.loading import embedded_model_dir
 
-        self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32)
+        self.torch, self.device = torch, device
+        self.model = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32).to(device)
         self.model.eval()
 
     def logp(self, prompt_ids: list[int], output_ids: list[int], eos: int) -> float:
         torch = self.torch
         ids = list(prompt_ids) + list(output_ids) + [eos]
         with torch.no_grad():
-            logits = self.model(torch.tensor([ids])).logits[0].float()
+            logits = self.model(torch.tensor([ids], device=self.device)).logits[0].float()
         logprobs = torch.log_softmax(logits[len(prompt_ids) - 1:-1], dim=-1)
-        target = torch.tensor(ids[len(prompt_ids):])
+        target = torch.tensor(ids[len(prompt_ids):], device=self.device)
         return float(logprobs.gather(1, target[:, None]).sum())
 
     @staticmethod
@@ -543,7 +562,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--records", type=Path, help="JSONL file the records are appended to (resumed)")
     ap.add_argument("--request-timeout", type=float, default=600.0,
                     help="seconds a peer may take for one request (model loading included for the first)")
-    ap.add_argument("--peer-memory-gb", type=float, default=8.0, help="address-space cap of a peer's runner")
+    ap.add_argument("--peer-memory-gb", type=float, default=8.0,
+                    help="address-space cap of a peer's runner (0: none; CUDA maps more than any such cap)")
+    ap.add_argument("--device", default="cpu", help="where every engine's model runs (cpu, cuda, cuda:N)")
+    ap.add_argument("--tasks", type=Path, metavar="FILE",
+                    help="run the tasks an --export wrote instead of drawing from --corpus")
     ap.add_argument("--setup", action="store_true", help="build the peers' venvs, then exit")
     ap.add_argument("--export", type=Path, metavar="FILE", help="write the task file, then exit")
     ap.add_argument("--summarize", nargs="+", type=Path, metavar="FILE", help="only print the tables")
@@ -561,7 +584,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not (sys.argv[1:] if argv is None else argv):
         print("# no options (as `make bench` runs it): the quick form, --quick")
         args.quick = True
-    if not args.corpus.is_dir() and args.corpus == DEFAULT_CORPUS:
+    if not args.tasks and not args.corpus.is_dir() and args.corpus == DEFAULT_CORPUS:
         print(f"# no corpus at {args.corpus} (MaskBench's data folder): nothing to run; pass --corpus DIR")
         return []
     if args.quick:
@@ -575,37 +598,43 @@ def main(argv: list[str] | None = None) -> list[dict]:
         engines = [*SMC_ENGINES, *(e for e in PEER_ENGINES if venvs.exists(e) and RUNNERS[e].is_file())]
     else:
         engines = list(ALL_ENGINES)
+    if args.device != "cpu" and "genlm-control" in engines:
+        raise SystemExit("genlm-control runs on the CPU only in this benchmark: leave it out of --engines "
+                         f"with --device {args.device}")
 
     import torch
 
     import smc
 
     torch.set_num_threads(1)
-    lm = smc.load_lm()
+    lm = smc.load_lm(device=args.device, dtype="float32")
 
     def fits(path: Path) -> bool:
         schema = json.loads(path.read_text(encoding="utf-8"))["schema"]
         n = len(lm.encode_chat(messages_for(schema)))
         return n + args.max_tokens <= lm.max_context and n <= (args.max_prompt_tokens or n)
 
-    files = select(args.corpus, args.per_split, args.seed, args.splits.split(",") if args.splits else None, fits)
-    if args.quick:
-        files = files[: QUICK["n_tasks"]]
-    tasks = make_tasks(lm, files, args.max_tokens)
+    if args.tasks:
+        tasks = read_tasks(args.tasks)
+    else:
+        files = select(args.corpus, args.per_split, args.seed, args.splits.split(",") if args.splits else None, fits)
+        if args.quick:
+            files = files[: QUICK["n_tasks"]]
+        tasks = make_tasks(lm, files, args.max_tokens)
     if args.export:
         write_jsonl(args.export, tasks)
         print(f"# wrote {len(tasks)} tasks to {args.export}")
         return []
     print(f"# bench_sidebyside: {machine()}")
     print(f"# {len(tasks)} schemas from {len({t['split'] for t in tasks})} splits; engines {engines}; "
-          f"max_tokens {args.max_tokens}", flush=True)
+          f"max_tokens {tasks[0]['max_tokens'] if tasks else args.max_tokens}; device {args.device}", flush=True)
     saved = read_jsonl(args.records) if args.records else []
     done = {(r["engine"], r["task_id"]) for r in saved}
     by_id = {t["task_id"]: t for t in tasks}
     rows = [smc_row_name(e, args.smc_seed) if e in SMC_ENGINES else e for e in engines]
     records = [r for r in saved if r["task_id"] in by_id and r["engine"] in rows]
     sink = open(args.records, "a", encoding="utf-8") if args.records else None
-    scorer = Scorer()
+    scorer = Scorer(args.device)
 
     def keep(rec: dict) -> None:
         rec = scorer.score(rec, by_id[rec["task_id"]])
@@ -627,7 +656,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 for t in todo:
                     keep(run_smc(lm, t, engine, args.smc_seed))
             else:
-                for rec in run_peer(engine, todo, args.request_timeout, args.peer_memory_gb):
+                for rec in run_peer(engine, todo, args.request_timeout, args.peer_memory_gb, args.device):
                     keep(rec)
     finally:
         if sink:

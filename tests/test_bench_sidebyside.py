@@ -183,3 +183,26 @@ def test_quick_form_runs_a_masking_peer_whose_venv_exists(engine, tmp_path):
             assert isinstance(r["valid"], bool) and math.isfinite(r["logp"]) and r["logp"] < 0
         else:
             assert r["logp"] is None and not r["valid"]
+
+
+@pytest.mark.slow
+def test_an_exported_task_file_runs_elsewhere_as_drawn(tmp_path):
+    """--export then --tasks: the same schemas, prompt ids and budget, run from the file alone
+    (no corpus), its model directory read as this machine's copy."""
+    corpus, tasks_file, out = _corpus(tmp_path), tmp_path / "tasks.jsonl", tmp_path / "runs.jsonl"
+    sbs.main(["--quick", "--corpus", str(corpus), "--export", str(tasks_file)])
+    exported = sbs.read_jsonl(tasks_file)
+    assert len(exported) == 3 and {t["max_tokens"] for t in exported} == {sbs.QUICK["max_tokens"]}
+    sbs.write_jsonl(tasks_file, [{**t, "model_dir": "/another/machine/model"} for t in exported])
+    records = sbs.main(["--tasks", str(tasks_file), "--corpus", str(tmp_path / "absent"),
+                        "--engines", "smc-steer:N=1", "--device", "cpu", "--records", str(out)])
+    assert sorted(r["task_id"] for r in records) == sorted(t["task_id"] for t in exported)
+    for r in records:
+        assert r["accepted"] and r["error"] is None
+        assert r["tokens"] is None or r["tokens"] <= sbs.QUICK["max_tokens"]
+    assert all(t["model_dir"] != "/another/machine/model" for t in sbs.read_tasks(tasks_file))
+
+
+def test_genlm_control_is_refused_off_the_cpu_before_anything_loads(tmp_path):
+    with pytest.raises(SystemExit, match="genlm-control runs on the CPU only"):
+        sbs.main(["--tasks", str(tmp_path / "t.jsonl"), "--engines", "smc-steer,genlm-control", "--device", "cuda"])

@@ -26,8 +26,10 @@ state) is ``accepted: false`` with the error text. An output is ``finished`` whe
 EOS within max_tokens, or reached max_tokens as one complete JSON text (``ended_by``: "eos" or
 "budget"); ``token_ids`` exclude the EOS.
 
+The model runs on ``--device`` (default cpu; bench_sidebyside.py passes its own), in float32.
+
     .venv-peers/xgrammar/bin/python benchmarks/peers/masking.py --engine xgrammar \\
-        --tasks-file tasks.jsonl --out records.jsonl
+        --tasks-file tasks.jsonl --out records.jsonl [--device cuda]
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Engine:
         import torch
 
         self.name, self.model, self.tok, self.eos_ids, self.torch = engine, model, tokenizer, eos_ids, torch
+        self.device = model.device
         if engine == "llguidance":
             import llguidance.hf
 
@@ -86,7 +89,7 @@ class Engine:
     def generate(self, compiled, prompt_ids: list[int], messages: list[dict], max_tokens: int) -> list[int]:
         """The generated ids (EOS included when the output ended)."""
         torch = self.torch
-        input_ids = torch.tensor([prompt_ids])
+        input_ids = torch.tensor([prompt_ids], device=self.device)
         kw = {"max_new_tokens": max_tokens, "attention_mask": torch.ones_like(input_ids)}
         if self.name == "xgrammar":
             import xgrammar as xgr
@@ -147,7 +150,8 @@ class LLGuidanceProcessor:
         if self.bitmask is None:
             self.bitmask = self.lt.allocate_token_bitmask(1, scores.shape[-1])
         self.lt.fill_next_token_bitmask(self.matcher, self.bitmask, 0)
-        self.lt.apply_token_bitmask_inplace(scores, self.bitmask)
+        # the matcher fills a mask in host memory; the logits may be on a GPU
+        self.lt.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device, non_blocking=True))
         return scores
 
 
@@ -156,6 +160,7 @@ def main() -> None:
     ap.add_argument("--engine", required=True, choices=ENGINES)
     ap.add_argument("--tasks-file", required=True)
     ap.add_argument("--out", required=True, help="append one record per task to this JSONL file")
+    ap.add_argument("--device", default="cpu", help="where the model runs (cpu, cuda, cuda:N)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
 
@@ -168,7 +173,7 @@ def main() -> None:
         raise SystemExit(f"{args.tasks_file} lists no tasks")
     model_dir = tasks[0]["model_dir"]
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
     model.eval()
     eos_ids = tasks[0]["eos_token_ids"]
     if model.generation_config.do_sample:
