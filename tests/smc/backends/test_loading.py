@@ -118,3 +118,21 @@ def test_vllm_backend_missing_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "smc.backends.vllm", None)
     with pytest.raises(ImportError, match="vLLM"):
         load_lm("some/model", backend="vllm")
+
+
+@pytest.mark.slow
+def test_the_converted_tokenizer_takes_its_special_tokens_from_the_gguf(embedded_lm):
+    """transformers 5.17 read the embedded GGUF's EOS as <|im_start|> (id 1); the GGUF names
+    <|im_end|> (id 2), and the conversion keeps the GGUF's word whatever the tokenizer read."""
+    from transformers import AutoTokenizer
+
+    from smc.backends.loading import gguf_special_tokens, set_special_tokens
+
+    ids = gguf_special_tokens(embedded_gguf_path())
+    assert ids == {"bos_token": 1, "eos_token": 2, "unk_token": 0, "pad_token": 2}
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    assert tok.eos_token == "<|im_end|>" and tok.bos_token == "<|im_start|>"
+    tok.eos_token = "<|im_start|>"  # the misreading
+    set_special_tokens(tok, ids)
+    assert (tok.eos_token, tok.eos_token_id, tok.bos_token_id, tok.pad_token_id) == ("<|im_end|>", 2, 1, 2)
+    assert embedded_lm.eos_token_ids[0] == 2 and 1 not in embedded_lm.eos_token_ids
