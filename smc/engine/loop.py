@@ -422,14 +422,24 @@ async def _twist(critic: Critic, pop: list[Model], live: list[int], islands: np.
     """Twist the live unfinished particles by the critic's values, island by island: an
     island where the critic rates some particle None is left untwisted at this step (any
     positive resampling priorities chosen from the current population keep Ẑ unbiased; these
-    are the twist's or all 1)."""
-    rated = [i for i in live if not pop[i].finished and pop[i].weight > NEG_INF]
-    values = dict(zip(rated, await run_all(critic_value(critic, pop[i]) for i in rated)))
-    for g in islands:
-        members = [int(i) for i in g if int(i) in values]
-        if all(values[i] is not None for i in members):
-            for i in members:
-                pop[i].twist(float(values[i]))
+    are the twist's or all 1). An island's particles are rated one after another and the rest
+    are not rated once one is None: their values would go unused, and a search that gives up
+    is the critic's most expensive answer (on a JSONSchemaBench schema whose literal no
+    completion search could close, 16 particles' give-ups were 70% of the CPU time of a run;
+    benchmarks/RESULTS.md, "bench_sidebyside.py", on a GPU)."""
+    rated = {i for i in live if not pop[i].finished and pop[i].weight > NEG_INF}
+
+    async def twist_island(members: list[int]) -> None:
+        values = []
+        for i in members:
+            value = await critic_value(critic, pop[i])
+            if value is None:
+                return
+            values.append(float(value))
+        for i, value in zip(members, values):
+            pop[i].twist(value)
+
+    await run_all(twist_island([int(i) for i in g if int(i) in rated]) for g in islands)
 
 
 async def critic_value(critic: Critic, p: Model) -> float | None:

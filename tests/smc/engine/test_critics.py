@@ -2,6 +2,7 @@
 (as a critic removed before the final weights) it leaves Ẑ unbiased and the target unchanged."""
 
 import asyncio
+from collections import Counter
 import math
 
 import numpy as np
@@ -472,10 +473,11 @@ class FirstUnrated:
 def test_an_island_with_a_particle_the_critic_cannot_rate_is_not_twisted():
     """One unrated particle leaves its whole island untwisted at that step: the run equals the
     run without a critic, where twisting the rated ones (-50 nats each) would have moved every
-    resampling onto the unrated one."""
-    model = ConstrainedGeneration(make_sampler("awrs", JSON_LM, JSON_PHI), JSON_T)
+    resampling onto the unrated one. Each run lifts the constraint afresh: AWRS's steps depend
+    on the masks that earlier runs kept."""
 
     async def go(critic):
+        model = ConstrainedGeneration(make_sampler("awrs", JSON_LM, JSON_SCHEMA.lift(JSON_LM)), JSON_T)
         return await smc(model, 4, ess_threshold=1.0, seed=5, critic=critic, progress=False)
 
     plain, partly = asyncio.run(go(None)), asyncio.run(go(FirstUnrated()))
@@ -483,3 +485,32 @@ def test_an_island_with_a_particle_the_critic_cannot_rate_is_not_twisted():
     assert [(s.token_ids, s.log_weight) for s in partly.samples] == \
         [(s.token_ids, s.log_weight) for s in plain.samples]
     assert [r.log_weights for r in partly.history] == [r.log_weights for r in plain.history]
+
+
+class NeverRates:
+    """A critic that rates no particle, noting the length of each one it is asked about."""
+
+    def __init__(self):
+        self.asked = []
+
+    def __call__(self, particle):
+        self.asked.append(len(particle.token_ids()))
+        return None
+
+
+def test_an_island_asks_no_more_once_a_particle_is_unrated():
+    """An island's particles are rated one after another, and none after the first unrated
+    one (its values would go unused): one question per island and step with 4 particles in 2
+    islands, where every particle was asked before; the run is the run without a critic (each
+    run lifts the constraint afresh, as above)."""
+
+    async def go(critic):
+        model = ConstrainedGeneration(make_sampler("awrs", JSON_LM, JSON_SCHEMA.lift(JSON_LM)), JSON_T)
+        return await smc(model, 4, ess_threshold=1.0, islands=2, seed=5, critic=critic, progress=False)
+
+    critic = NeverRates()
+    plain, unrated = asyncio.run(go(None)), asyncio.run(go(critic))
+    assert [(s.token_ids, s.log_weight) for s in unrated.samples] == \
+        [(s.token_ids, s.log_weight) for s in plain.samples]
+    per_step = Counter(critic.asked)
+    assert len(per_step) >= 2 and set(per_step.values()) <= {1, 2} and 2 in per_step.values()
