@@ -151,7 +151,7 @@ class LLGuidanceProcessor:
             self.bitmask = self.lt.allocate_token_bitmask(1, scores.shape[-1])
         self.lt.fill_next_token_bitmask(self.matcher, self.bitmask, 0)
         # the matcher fills a mask in host memory; the logits may be on a GPU
-        self.lt.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device, non_blocking=True))
+        self.lt.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device))
         return scores
 
 
