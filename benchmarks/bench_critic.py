@@ -60,18 +60,20 @@ WITHIN = (16, 32, 64, 100, 200, 400)
 
 class LoggedCritic(BudgetCritic):
     """BudgetCritic that logs each search (m, or None where it gave up; states expanded by the
-    byte searches; whether the constraint's completion gave m) and times every call."""
+    byte searches; whether the constraint's completion gave m; byte advances the byte searches
+    made) and times every call."""
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.searches: list[tuple[int | None, int, bool]] = []
+        self.searches: list[tuple[int | None, int, bool, int]] = []
         self.seconds = 0.0
 
     async def completion_bytes(self, potential, state) -> int | None:
-        before, nodes, known = self.stats["searches"], self.stats["nodes"], self.stats["completions"]
+        stats = self.stats
+        before, nodes, known, advances = stats["searches"], stats["nodes"], stats["completions"], stats["advances"]
         m = await super().completion_bytes(potential, state)
-        if self.stats["searches"] > before:
-            self.searches.append((m, self.stats["nodes"] - nodes, self.stats["completions"] > known))
+        if stats["searches"] > before:
+            self.searches.append((m, stats["nodes"] - nodes, stats["completions"] > known, stats["advances"] - advances))
         return m
 
     async def __call__(self, particle) -> float | None:
@@ -136,9 +138,12 @@ def sign_test(a: int, b: int) -> float:
 
 
 def summary(rows: list[dict], first: dict[str, dict]) -> str:
-    found = [n for r in rows for m, n, _ in r["searches"] if m is not None]
-    known = sum(1 for r in rows for m, _, by_constraint in r["searches"] if by_constraint)
-    gave = sum(1 for r in rows for m, _, _ in r["searches"] if m is None)
+    found = [n for r in rows for m, n, *_ in r["searches"] if m is not None]
+    known = sum(1 for r in rows for m, _, by_constraint, *_ in r["searches"] if by_constraint)
+    gave = sum(1 for r in rows for m, *_ in r["searches"] if m is None)
+    # records before the advances were logged have three fields per search
+    advances = {outcome: [s[3] for r in rows for s in r["searches"] if len(s) > 3 and (s[0] is None) == (outcome == "gave up")]
+                for outcome in ("found", "gave up")}
     total = sum(len(r["searches"]) for r in rows)
     wall, crit = sum(r["wall_s"] for r in rows), sum(r["critic_s"] for r in rows)
     same = sum(1 for r in rows
@@ -154,6 +159,9 @@ def summary(rows: list[dict], first: dict[str, dict]) -> str:
             f"{known} by the constraint's completion), gave up {gave} ({gave / max(total, 1):.2f})\n"
             f"    byte states per found search p50/p90/p99/max {pct[0]:.0f}/{pct[1]:.0f}/{pct[2]:.0f}/{pct[3]:.0f}; "
             f"found within K states {within}\n"
+            + "".join(f"    byte advances per {outcome} search p50/p90/p99/max "
+                      + "/".join(f"{v:.0f}" for v in np.percentile(a, [50, 90, 99, 100])) + f" (sum {sum(a)})\n"
+                      for outcome, a in advances.items() if a) +
             f"    wall {wall:.1f} s ({wall / len(rows):.2f} s per request), critic {crit:.1f} s "
             f"({crit / wall:.1%} of wall)\n"
             f"    finished {finished}/{len(rows)} (against the first setting: +{gained} -{lost}, "

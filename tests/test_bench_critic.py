@@ -41,14 +41,16 @@ def test_quick_form_logs_found_and_given_up_searches(tmp_path, capsys):
     default = {r["name"]: r for r in rows["100"]}
     bytes_only = {r["name"]: r for r in rows["bytes:100"]}
     for by_name in (default, bytes_only):
-        assert any(m is not None and m > 0 for m, _, _ in by_name["Handwritten_1"]["searches"])
-    # the open object: the byte search gives up within its states; the constraint answers
-    assert any(m is None and n > BREADTH_NODES for m, n, _ in bytes_only["Github_easy_2"]["searches"])
-    assert all(n <= 100 + BREADTH_NODES for _, n, _ in bytes_only["Github_easy_2"]["searches"])
-    assert not any(known for _, _, known in bytes_only["Github_easy_2"]["searches"])
+        assert any(m is not None and m > 0 for m, _, _, _ in by_name["Handwritten_1"]["searches"])
+    # the open object: the byte search gives up within its states, after more advances than
+    # states; the constraint answers
+    given_up = [(n, a) for m, n, _, a in bytes_only["Github_easy_2"]["searches"] if m is None]
+    assert given_up and all(BREADTH_NODES < n <= 100 + BREADTH_NODES and a > n for n, a in given_up)
+    assert not any(known for _, _, known, _ in bytes_only["Github_easy_2"]["searches"])
     opened = default["Github_easy_2"]["searches"]
-    assert opened and all(m is not None for m, _, _ in opened) and any(known for _, _, known in opened)
+    assert opened and all(m is not None for m, _, _, _ in opened) and any(known for _, _, known, _ in opened)
     assert "jsonschemabench, 100: requests 2" in printed and "by the constraint's completion" in printed
+    assert "byte advances per gave up search" in printed
     # the records read back give the same summaries, without a run
     again = bench_critic.main(["--summarize", str(records)])
     assert {k: len(v) for k, v in again["jsonschemabench"].items()} == {k: 2 for k in rows}

@@ -127,7 +127,8 @@ class BudgetCritic:
         self.hold_literals = hold_literals
         self._cache: OrderedDict[Any, int] = OrderedDict()
         self._gave_up: OrderedDict[Any, None] = OrderedDict()
-        self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0, "completions": 0, "gave_up": 0}
+        self.stats = {"searches": 0, "cache_hits": 0, "nodes": 0, "advances": 0, "completions": 0,
+                      "gave_up": 0}
 
     async def completion_bytes(self, potential: Any, state: Any) -> int | None:
         """m: the length of the byte string w found by the search of the module docstring
@@ -177,10 +178,11 @@ class BudgetCritic:
             if await potential.state_complete(s) > NEG_INF:
                 self.stats["nodes"] += nodes
                 return depth
+            allowed = potential.next_bytes(s)
             for b in COMPLETION_BYTES:
                 if nodes + len(queue) >= BREADTH_NODES:
                     break
-                child = _unseen_child(potential, s, b, seen)
+                child = self._unseen_child(potential, s, b, seen, allowed)
                 if child is not None:
                     queue.append((child[0], depth + 1))
         self.stats["nodes"] += nodes
@@ -204,9 +206,9 @@ class BudgetCritic:
                     break
                 if nodes >= self.max_nodes:
                     break
-            child = None
+            child, allowed = None, potential.next_bytes(s)
             while i < len(COMPLETION_BYTES) and child is None:
-                child = _unseen_child(potential, s, COMPLETION_BYTES[i], seen)
+                child = self._unseen_child(potential, s, COMPLETION_BYTES[i], seen, allowed)
                 i += 1
             if child is None:
                 path.pop()
@@ -224,6 +226,26 @@ class BudgetCritic:
                 self._cache.move_to_end(k)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
+
+    def _unseen_child(self, potential: Any, state: Any, byte: int, seen: set,
+                      allowed: Any) -> tuple[Any, Any] | None:
+        """(advance(state, byte), its completion key), or None when that state is dead or its
+        key is already in ``seen`` (a new key is added to ``seen``). A byte outside
+        ``allowed``, the constraint's ``next_bytes(state)`` (a superset of the live bytes; None:
+        any), is dead without an advance: the same children with fewer advances, counted in
+        ``stats["advances"]``."""
+        if allowed is not None and byte not in allowed:
+            return None
+        self.stats["advances"] += 1
+        t = potential.advance(state, bytes((byte,)))
+        if t is None:
+            return None
+        k = potential.completion_key(t)
+        if k is not None:
+            if k in seen:
+                return None
+            seen.add(k)
+        return t, k
 
     def holds(self, particle: Any) -> bool:
         """Is ``particle`` unfinished and inside a literal it has begun (its constraint's
@@ -247,17 +269,3 @@ class BudgetCritic:
         left = max(int(particle.max_tokens) - len(tokens), 1)
         m = await self.completion_bytes(potential.potential, state)
         return None if m is None else -m * (self.per_byte + self.rate / left)
-
-
-def _unseen_child(potential: Any, state: Any, byte: int, seen: set) -> tuple[Any, Any] | None:
-    """(advance(state, byte), its completion key), or None when that state is dead or its key is
-    already in ``seen`` (a new key is added to ``seen``)."""
-    t = potential.advance(state, bytes((byte,)))
-    if t is None:
-        return None
-    k = potential.completion_key(t)
-    if k is not None:
-        if k in seen:
-            return None
-        seen.add(k)
-    return t, k

@@ -139,6 +139,31 @@ def test_breadth_first_search_makes_only_the_states_it_tests():
     assert js.advances < 5 * len(COMPLETION_BYTES)
 
 
+class NoNextBytes(CountingAdvances):
+    """The same potential with ``next_bytes`` unknown (None): every byte is tried by advancing."""
+
+    def next_bytes(self, state):
+        return None
+
+
+@pytest.mark.parametrize("text", [b'{"a":', b'{"a":"x","c":[1,2', b'{"a":"x","c":{"d":-1.5e', b'{"a":"text'])
+def test_bytes_outside_next_bytes_are_not_advanced_and_the_search_is_the_same(text):
+    """next_bytes is a superset of the live bytes, so skipping the others leaves every search
+    as it was (the same length, or the same give-up, and the same states expanded) with fewer
+    advances, each counted in stats["advances"]."""
+    lengths, nodes, advances = [], [], []
+    for wrap in (CountingAdvances, NoNextBytes):
+        js = wrap(JSONSchema(OPEN_OBJECT, whitespace="compact"))
+        tw = BudgetCritic(max_nodes=40)
+        state = js.potential.advance(js.potential.initial(), text)
+        lengths.append(asyncio.run(tw.completion_bytes(js, state)))
+        nodes.append(tw.stats["nodes"])
+        assert tw.stats["advances"] == js.advances
+        advances.append(js.advances)
+    assert lengths[0] == lengths[1] and nodes[0] == nodes[1]
+    assert advances[0] < advances[1] / 2
+
+
 def test_a_search_that_gave_up_is_not_repeated_for_its_key():
     """A particle writing a long value in an open object asks at every step: the first search
     gives up (None) and the next ones, in the same string, are answered from memory; a
