@@ -123,6 +123,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from peers import venvs  # noqa: E402
+from peers.masking import UNUSABLE  # noqa: E402
 from smc.core import defaults  # noqa: E402
 
 _CANDIDATES = [ROOT.parent / "shared" / "corpora" / "maskbench",
@@ -318,7 +319,9 @@ def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: 
     """The peer's records for ``tasks``, yielded as its runner writes them: the runner in the
     peer's venv (OMP_NUM_THREADS=1, address space capped at ``memory_gb`` GiB, none for 0),
     its model on ``device``. A task with no record after ``request_timeout`` seconds (or whose
-    runner dies) gets a failure record naming why, and the runner restarts after it."""
+    runner dies) gets a failure record naming why, and the runner restarts after it; a runner
+    that exits with ``peers.masking.UNUSABLE`` (the engine misreads the model's tokens) gives
+    every task still to do that record at once."""
     if not venvs.exists(engine):
         raise SystemExit(f"no venv for {engine}: run bench_sidebyside.py --setup --engines {engine}")
     runner = RUNNERS[engine]
@@ -368,11 +371,13 @@ def run_peer(engine: str, tasks: list[dict], request_timeout: float, memory_gb: 
                 print(f"# {engine} on {todo[0]['task_id']}: {why}\n{tail}", file=sys.stderr)
                 if why.startswith("runner exited") and tail:
                     why += f": {tail.splitlines()[-1][:300]}"
-                t = todo.pop(0)
-                yield {"engine": engine, "task_id": t["task_id"], "split": t["split"], "accepted": True,
-                       "error": why, "finished": False, "text": None, "token_ids": None,
-                       "compile_s": None, "wall_s": None, "tokens": None, "log_z": None,
-                       "versions": venvs.versions(engine)}
+                # an engine that cannot run on this model fails every task alike: no restarts
+                for t in (list(todo) if rc == UNUSABLE else todo[:1]):
+                    todo.remove(t)
+                    yield {"engine": engine, "task_id": t["task_id"], "split": t["split"], "accepted": True,
+                           "error": why, "finished": False, "text": None, "token_ids": None,
+                           "compile_s": None, "wall_s": None, "tokens": None, "log_z": None,
+                           "versions": venvs.versions(engine)}
 
 
 # ---------------------------------------------------------------------------- scoring

@@ -206,3 +206,52 @@ def test_an_exported_task_file_runs_elsewhere_as_drawn(tmp_path):
 def test_genlm_control_is_refused_off_the_cpu_before_anything_loads(tmp_path):
     with pytest.raises(SystemExit, match="genlm-control runs on the CPU only"):
         sbs.main(["--tasks", str(tmp_path / "t.jsonl"), "--engines", "smc-steer,genlm-control", "--device", "cuda"])
+
+
+class _Tokenizer:
+    """A byte-level tokenizer of two-character pieces, for the token-reading check."""
+
+    def encode(self, text, add_special_tokens=False):
+        data = text.encode("utf-8")
+        self.pieces = [data[i:i + 2] for i in range(0, len(data), 2)]
+        return list(range(len(self.pieces)))
+
+
+def test_an_engine_that_misreads_the_tokenizers_bytes_is_caught():
+    """check_token_bytes passes an engine that reads every token of the probe as its bytes, and
+    names the first token read otherwise (llguidance on transformers 5.17's tokenizer.json read
+    the newline as the two bytes of "Ċ")."""
+    from peers.masking import check_token_bytes
+
+    tok = _Tokenizer()
+
+    def right(ids):
+        return b"".join(tok.pieces[i] for i in ids)
+
+    def newline_as_c_dot(ids):
+        return right(ids).replace(b"\n", "Ċ".encode())
+
+    check_token_bytes(right, tok)
+    with pytest.raises(RuntimeError, match=r"reads token 0 as b'\{\\xc4\\x8a' where the text has b'\{\\n '"):
+        check_token_bytes(newline_as_c_dot, tok)
+
+
+def test_a_runner_that_cannot_run_its_engine_fails_every_task_at_once(tmp_path, monkeypatch):
+    """A runner exiting with UNUSABLE gives every task its reason in one go, without a restart
+    per task (a restart loads the model again)."""
+    from peers.masking import UNUSABLE
+
+    starts = tmp_path / "starts"
+    runner = tmp_path / "runner.py"
+    runner.write_text(f"import sys\nopen({str(starts)!r}, 'a').write('x')\n"
+                      f"print('llguidance cannot run on this model: it reads token 198 as Ċ', file=sys.stderr)\n"
+                      f"sys.exit({UNUSABLE})\n")
+    monkeypatch.setattr(venvs, "exists", lambda engine: True)
+    monkeypatch.setattr(venvs, "python_of", lambda engine: Path(sys.executable))
+    monkeypatch.setattr(venvs, "versions", lambda engine: {})
+    monkeypatch.setitem(sbs.RUNNERS, "llguidance", runner)
+    tasks = [{"task_id": f"t{i}", "split": "S", "schema": {}} for i in range(3)]
+    records = list(sbs.run_peer("llguidance", tasks, request_timeout=60, memory_gb=0))
+    assert [r["task_id"] for r in records] == ["t0", "t1", "t2"] and starts.read_text() == "x"
+    assert all(not r["finished"] and "reads token 198" in r["error"] and f"exited with {UNUSABLE}" in r["error"]
+               for r in records)

@@ -21,7 +21,9 @@ way each engine's transformers example calls generate: no sampling arguments). P
                 ids it gives the model are checked to be the task's, and the output ids are
                 read from the sequences model.generate returned
 
-A schema the engine refuses (an exception while compiling, or llguidance's matcher in its error
+Before any task, llguidance's reading of the token ids is checked against the tokenizer's
+(``check_token_bytes``); an engine that misreads them exits with UNUSABLE, and every task gets
+that reason. A schema the engine refuses (an exception while compiling, or llguidance's matcher in its error
 state) is ``accepted: false`` with the error text. An output is ``finished`` when it ended with
 EOS within max_tokens, or reached max_tokens as one complete JSON text (``ended_by``: "eos" or
 "budget"); ``token_ids`` exclude the EOS.
@@ -37,10 +39,14 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import json
+import sys
 import time
 import warnings
 
 ENGINES = ("llguidance", "xgrammar", "outlines")
+#: the exit status of a runner whose engine cannot run on this model at all (``check_token_bytes``):
+#: bench_sidebyside.py then gives every task of the engine that reason at once
+UNUSABLE = 3
 
 
 def versions(engine: str) -> dict[str, str]:
@@ -60,6 +66,7 @@ class Engine:
             import llguidance.hf
 
             self.lltok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=model.config.vocab_size)
+            check_token_bytes(self.lltok.decode_bytes, tokenizer)
         elif engine == "xgrammar":
             import xgrammar as xgr
 
@@ -122,6 +129,31 @@ class Engine:
         return sequences[0, given.shape[1]:].tolist()
 
 
+#: text whose tokens every engine must read back as these bytes: whitespace, punctuation and
+#: multi-byte characters, where a tokenizer's decoder and its byte-level vocabulary can disagree
+PROBE = '{\n  "name": "Ada Lovelace",\n\t"city": "Zürich — 日本", "n": [1, 2.5]}\r\n'
+
+
+def check_token_bytes(decode_bytes, tokenizer) -> None:
+    """Raise RuntimeError unless ``decode_bytes`` (the engine's reading of token ids) reads the
+    ids ``tokenizer`` encodes PROBE into back as PROBE's bytes. transformers 5.17 writes the
+    embedded GGUF's tokenizer.json with a byte-fallback decoder over a byte-level vocabulary,
+    and llguidance's ``from_tokenizer`` then reads the newline token as the two bytes of "Ċ":
+    every mask it computes is for other text than the model writes."""
+    want = PROBE.encode("utf-8")
+    ids = tokenizer.encode(PROBE, add_special_tokens=False)
+    at = 0
+    for i in ids:
+        got = decode_bytes([i])
+        if want[at:at + len(got)] != got:
+            raise RuntimeError(f"the engine reads token {i} as {got!r} where the text has {want[at:at + len(got)]!r}: "
+                               "the tokenizer's decoder does not match its vocabulary (convert the model with "
+                               "a transformers release that writes a byte-level tokenizer.json)")
+        at += len(got)
+    if at != len(want):
+        raise RuntimeError(f"the engine reads {PROBE!r} as {decode_bytes(ids)!r}")
+
+
 def complete_json(text: str) -> bool:
     """Whether ``text`` is one whole JSON value: an output cut by the budget that is already
     complete counts as finished, as smc-steer's forced EOS at the budget keeps such a text."""
@@ -178,7 +210,11 @@ def main() -> None:
     eos_ids = tasks[0]["eos_token_ids"]
     if model.generation_config.do_sample:
         raise SystemExit("the model's generation config samples: the runs are meant greedy")
-    engine = Engine(args.engine, model, tok, eos_ids)
+    try:
+        engine = Engine(args.engine, model, tok, eos_ids)
+    except RuntimeError as err:
+        print(f"{args.engine} cannot run on this model: {err}", file=sys.stderr)
+        raise SystemExit(UNUSABLE) from None
     vers = versions(args.engine)
     with open(args.out, "a", encoding="utf-8") as sink:
         for t in tasks:
