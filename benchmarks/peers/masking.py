@@ -23,8 +23,8 @@ way each engine's transformers example calls generate: no sampling arguments). P
 
 Before any task, llguidance's reading of the token ids is checked against the tokenizer's
 (``check_token_bytes``); an engine that misreads them exits with UNUSABLE, and every task gets
-that reason. A schema the engine refuses (an exception while compiling, or llguidance's matcher in its error
-state) is ``accepted: false`` with the error text. An output is ``finished`` when it ended with
+that reason. A schema the engine refuses (an exception while compiling, or llguidance's
+matcher in its error state) is ``accepted: false`` with the error text. An output is ``finished`` when it ended with
 EOS within max_tokens, or reached max_tokens as one complete JSON text (``ended_by``: "eos" or
 "budget"); ``token_ids`` exclude the EOS.
 
