@@ -142,8 +142,8 @@ def summary(rows: list[dict], first: dict[str, dict]) -> str:
     known = sum(1 for r in rows for m, _, by_constraint, *_ in r["searches"] if by_constraint)
     gave = sum(1 for r in rows for m, *_ in r["searches"] if m is None)
     # records before the advances were logged have three fields per search
-    advances = {outcome: [s[3] for r in rows for s in r["searches"] if len(s) > 3 and (s[0] is None) == (outcome == "gave up")]
-                for outcome in ("found", "gave up")}
+    logged = [s for r in rows for s in r["searches"] if len(s) > 3]
+    advances = {"found": [s[3] for s in logged if s[0] is not None], "gave up": [s[3] for s in logged if s[0] is None]}
     total = sum(len(r["searches"]) for r in rows)
     wall, crit = sum(r["wall_s"] for r in rows), sum(r["critic_s"] for r in rows)
     same = sum(1 for r in rows
