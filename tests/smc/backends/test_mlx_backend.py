@@ -14,7 +14,9 @@ import pytest
 import torch
 
 import smc
+from smc.api.cli import main
 from smc.backends.base import COUNTERS, LMBackend, is_lm, missing_members
+from smc.backends.loading import embedded_model_dir
 from smc.backends.mlx import INSTALL_HINT, MLXLM, mlx_available, rope_overrides
 
 needs_mlx = pytest.mark.skipif(
@@ -206,8 +208,6 @@ def test_load_lm_checks_mlx_arguments_before_loading(monkeypatch):
 @needs_mlx
 @pytest.mark.slow
 def test_cli_backend_mlx(mlx_lm, monkeypatch, capsys):
-    from smc.cli import main
-
     loaded = []
 
     def from_pretrained(path, **kwargs):
@@ -260,8 +260,6 @@ def q4_dir(tmp_path_factory, mlx_lm):
     """A 4-bit (group size 64) MLX checkpoint of the embedded model, made by mlx-lm's
     converter from the cached safetensors folder."""
     from mlx_lm import convert
-
-    from smc.loading import embedded_model_dir
 
     target = tmp_path_factory.mktemp("mlx-q4") / "SmolLM2-135M-Instruct-4bit"
     convert(str(embedded_model_dir()), mlx_path=str(target), quantize=True, q_bits=4, q_group_size=64)

@@ -383,7 +383,8 @@ async def test_unpicklable_program_is_refused_before_any_step_naming_the_attribu
 async def test_resume_names_missing_extra_and_mismatched_shared_objects(tmp_path):
     lm = make_lm()
     path = tmp_path / "w.ckpt"
-    await smc.smc(Words(lm, CONSTRAINT, 6), 3, seed=1, progress=False, checkpoint=path, max_steps=2)
+    with pytest.warns(RuntimeWarning, match="stopped after max_steps=2 steps"):
+        await smc.smc(Words(lm, CONSTRAINT, 6), 3, seed=1, progress=False, checkpoint=path, max_steps=2)
     with pytest.raises(CheckpointError, match=r"shared=\{'constraint': <potentials\..*Regex>\}"):
         await smc.aresume(path, lm=lm)
     with pytest.raises(CheckpointError, match=r"pass lm=\.\.\."):
