@@ -21,6 +21,7 @@ import torch
 
 from smc.backends.hf import HFLM
 from smc.backends.loading import load_lm
+from smc.backends.mlx import mlx_available
 
 HERE = Path(__file__).resolve().parent
 MODULES = r"(torch|transformers)(\..*)?"
@@ -48,8 +49,6 @@ def pytest_collection_modifyitems(config, items):
 def embedded_mlx_lm():
     """The embedded model on the MLX backend (``smc.load_lm(backend="mlx")``), loaded once per
     session; skips where MLX does not import."""
-    from smc.backends.mlx import mlx_available
-
     if not mlx_available():
         pytest.skip("MLX is not installed here (mlx.core / mlx_lm do not import): pip install 'smc-steer[mlx-cpu]'")
     return load_lm(backend="mlx")
