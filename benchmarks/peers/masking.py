@@ -139,7 +139,9 @@ def check_token_bytes(decode_bytes, tokenizer) -> None:
     ids ``tokenizer`` encodes PROBE into back as PROBE's bytes. transformers 5.17 writes the
     embedded GGUF's tokenizer.json with a byte-fallback decoder over a byte-level vocabulary,
     and llguidance's ``from_tokenizer`` then reads the newline token as the two bytes of "Ċ":
-    every mask it computes is for other text than the model writes."""
+    every mask it computes is for other text than the model writes. smc-steer's conversion
+    writes the byte-level decoder whatever the release (``set_byte_level_decoder``); a model
+    directory converted otherwise can still carry the other."""
     want = PROBE.encode("utf-8")
     ids = tokenizer.encode(PROBE, add_special_tokens=False)
     at = 0
@@ -147,8 +149,8 @@ def check_token_bytes(decode_bytes, tokenizer) -> None:
         got = decode_bytes([i])
         if want[at:at + len(got)] != got:
             raise RuntimeError(f"the engine reads token {i} as {got!r} where the text has {want[at:at + len(got)]!r}: "
-                               "the tokenizer's decoder does not match its vocabulary (convert the model with "
-                               "a transformers release that writes a byte-level tokenizer.json)")
+                               "the tokenizer's decoder does not match its vocabulary (give tokenizer.json "
+                               "the decoder its vocabulary needs: a byte-level one for a byte-level BPE)")
         at += len(got)
     if at != len(want):
         raise RuntimeError(f"the engine reads {PROBE!r} as {decode_bytes(ids)!r}")

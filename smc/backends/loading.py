@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import decoders
 
 from smc.backends.base import check_backend_kwargs
 from smc.core.errors import InvalidArgument, InvalidArgumentType
@@ -63,8 +64,11 @@ def embedded_gguf_path() -> Path:
 KEY_SPAN = 1 << 20
 #: the conversion's revision, part of the cache key: a copy an earlier conversion wrote is
 #: converted again (2: special tokens from the GGUF's own metadata; before, transformers 5.17
-#: read the embedded model's EOS as <|im_start|>)
-CONVERSION_REVISION = 2
+#: read the embedded model's EOS as <|im_start|>; 3: a byte-level vocabulary's tokenizer.json
+#: gets the byte-level decoder, which 5.17 wrote as a byte-fallback one)
+CONVERSION_REVISION = 3
+#: GGUF tokenizer models whose vocabulary is byte-level BPE (each byte one printable character)
+BYTE_LEVEL_GGUF_MODELS = frozenset({"gpt2"})
 #: GGUF metadata key -> the tokenizer's special-token attribute it names
 GGUF_SPECIAL_TOKENS = {
     "tokenizer.ggml.bos_token_id": "bos_token",
@@ -106,6 +110,8 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         set_special_tokens(tokenizer, gguf_special_tokens(gguf))
+        if gguf_tokenizer_model(gguf) in BYTE_LEVEL_GGUF_MODELS:
+            set_byte_level_decoder(tokenizer)
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
@@ -122,6 +128,26 @@ def gguf_special_tokens(gguf: Path) -> dict[str, int]:
 
     fields = GGUFReader(gguf).fields
     return {attr: int(fields[key].contents()) for key, attr in GGUF_SPECIAL_TOKENS.items() if key in fields}
+
+
+def gguf_tokenizer_model(gguf: Path) -> str | None:
+    """``gguf``'s ``tokenizer.ggml.model`` ("gpt2": byte-level BPE, "llama": SentencePiece), or
+    None where the metadata names none."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(gguf).fields.get("tokenizer.ggml.model")
+    return None if field is None else str(field.contents())
+
+
+def set_byte_level_decoder(tokenizer) -> None:
+    """Make ``tokenizer``'s decoder the plain byte-level one, token text -> bytes by GPT-2's
+    byte alphabet, as a byte-level vocabulary needs.
+
+    transformers 5.17 writes the embedded GGUF's decoder as ByteFallback, Fuse, Replace("▁", " "),
+    ByteLevel: transformers itself decodes the same text through it, but a tool that reads
+    tokenizer.json's decoder to learn each token's bytes (llguidance's ``from_tokenizer``) takes
+    the ByteFallback for a SentencePiece vocabulary and reads the newline token as "Ċ"."""
+    tokenizer.backend_tokenizer.decoder = decoders.ByteLevel()
 
 
 def set_special_tokens(tokenizer, ids: dict[str, int]) -> None:

@@ -1,15 +1,31 @@
 """smc.load_lm: the embedded default, loading by name, and its errors."""
 
 import importlib.util
+import json
+import os
 import sys
 import time
 
 import pytest
 import torch
+from tokenizers import decoders
+from transformers import AutoTokenizer
 
 import smc
 from smc.backends.hf import HFLM
-from smc.backends.loading import INSTALL_HINT, embedded_gguf_path, embedded_model_dir, load_lm
+from smc.backends.loading import (
+    INSTALL_HINT,
+    KEY_SPAN,
+    cache_dir,
+    converted_key,
+    embedded_gguf_path,
+    embedded_model_dir,
+    gguf_special_tokens,
+    gguf_tokenizer_model,
+    load_lm,
+    set_byte_level_decoder,
+    set_special_tokens,
+)
 
 
 @pytest.mark.slow
@@ -47,8 +63,6 @@ def test_second_load_reads_the_cache(embedded_lm):
 
 
 def test_cache_dir_env(monkeypatch, tmp_path):
-    from smc.backends.loading import cache_dir
-
     monkeypatch.setenv("SMC_STEER_CACHE", str(tmp_path))
     assert cache_dir() == tmp_path
     monkeypatch.delenv("SMC_STEER_CACHE")
@@ -57,10 +71,6 @@ def test_cache_dir_env(monkeypatch, tmp_path):
 
 def test_converted_copy_is_keyed_by_content_not_path(tmp_path):
     """Two environments with the same GGUF share one converted copy; another file converts again."""
-    import os
-
-    from smc.backends.loading import KEY_SPAN, converted_key
-
     data = bytes(range(256)) * (3 * KEY_SPAN // 256)
     a, b = tmp_path / "env1" / "m.gguf", tmp_path / "env2" / "m.gguf"
     for path in (a, b):
@@ -124,10 +134,6 @@ def test_vllm_backend_missing_is_a_clear_error(monkeypatch):
 def test_the_converted_tokenizer_takes_its_special_tokens_from_the_gguf(embedded_lm):
     """transformers 5.17 read the embedded GGUF's EOS as <|im_start|> (id 1); the GGUF names
     <|im_end|> (id 2), and the conversion keeps the GGUF's word whatever the tokenizer read."""
-    from transformers import AutoTokenizer
-
-    from smc.backends.loading import gguf_special_tokens, set_special_tokens
-
     ids = gguf_special_tokens(embedded_gguf_path())
     assert ids == {"bos_token": 1, "eos_token": 2, "unk_token": 0, "pad_token": 2}
     tok = AutoTokenizer.from_pretrained(embedded_model_dir())
@@ -136,3 +142,24 @@ def test_the_converted_tokenizer_takes_its_special_tokens_from_the_gguf(embedded
     set_special_tokens(tok, ids)
     assert (tok.eos_token, tok.eos_token_id, tok.bos_token_id, tok.pad_token_id) == ("<|im_end|>", 2, 1, 2)
     assert embedded_lm.eos_token_ids[0] == 2 and 1 not in embedded_lm.eos_token_ids
+
+
+@pytest.mark.slow
+def test_the_converted_tokenizer_has_the_byte_level_decoder(embedded_lm):
+    """transformers 5.17 wrote the embedded GGUF's decoder as ByteFallback, Fuse, Replace,
+    ByteLevel over its byte-level vocabulary, which llguidance reads as SentencePiece's (the
+    newline token as "Ċ"); the conversion writes the byte-level decoder whatever the release,
+    and transformers decodes the same text through it."""
+    assert gguf_tokenizer_model(embedded_gguf_path()) == "gpt2"
+    saved = json.loads((embedded_model_dir() / "tokenizer.json").read_text())
+    assert saved["decoder"]["type"] == "ByteLevel"
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    text = '{\n  "city": "Zürich — 日本",\t"n": [1, 2.5]}\r\n'
+    ids = tok.encode(text, add_special_tokens=False)
+    tok.backend_tokenizer.decoder = decoders.Sequence(  # 5.17's reading
+        [decoders.ByteFallback(), decoders.Fuse(), decoders.Replace("\u2581", " "), decoders.ByteLevel()]
+    )
+    assert json.loads(tok.backend_tokenizer.to_str())["decoder"]["type"] == "Sequence"
+    set_byte_level_decoder(tok)
+    assert json.loads(tok.backend_tokenizer.to_str())["decoder"]["type"] == "ByteLevel"
+    assert tok.decode(ids) == text
