@@ -39,11 +39,10 @@ RESAMPLING = "systematic"
 #: islands of 8 against the 4 of 4 before (benchmarks/RESULTS.md, "Two islands of 8 at N = 16"):
 #: Ada (40 seeds) 0.87 -> 0.92, +0.06 [+0.01, +0.10] over masking; the 30 JSON tasks (120 runs)
 #: 0.68 -> 0.70, +0.05 [+0.02, +0.08] over masking; one population there: Ada 0.92, JSON 0.69
-#: with one collapsed run. At the current engine, over twenty seeds of the JSON tasks at N = 16
-#: and 32 and eleven at 64 (RESULTS, "One population over twenty seeds"), one population is
-#: level in accuracy at each, with a spread of log Ẑ over seeds 30-38% wider, a lower paired
-#: mean log Ẑ at N = 32 (-0.11 [-0.16, -0.05]) and, at N = 16, a median below genlm-control's
-#: (-0.13 [-0.22, -0.00])
+#: with one collapsed run. At the current engine, over twenty seeds of the JSON tasks at N = 16,
+#: 32 and 64 (RESULTS, "One population over twenty seeds"), one population is level in accuracy
+#: at each, with a spread of log Ẑ over seeds 29-38% wider, a lower paired mean log Ẑ at N = 32
+#: (-0.11 [-0.16, -0.05]) and, at N = 16, a median below genlm-control's (-0.13 [-0.22, -0.00])
 ISLANDS = 4
 ISLAND_SIZE = 8
 
