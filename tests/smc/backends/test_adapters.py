@@ -15,7 +15,11 @@ from smc.backends.base import LMBackend
 
 peft = pytest.importorskip("peft", reason="the adapter tests need PEFT (pip install 'smc-steer[adapters]')")
 
-TOL = 1e-4
+#: float32 rounding only: a batched, cached pass and a plain forward sum in different orders.
+#: Largest difference measured, on a log-prob near -20: 1.9e-4 with one or two torch threads on
+#: a CPU with AVX-512 and AMX, within 1e-4 on the CPUs before; a misrouted adapter is off by
+#: more than 0.05 (each test checks the adapter changes the model by that much).
+TOL = 2.5e-4
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -273,7 +277,11 @@ async def test_program_proposing_with_base_and_scoring_with_adapter(lm, world):
 @pytest.mark.slow
 def test_adapter_on_an_8bit_model(world):
     """PEFT's bitsandbytes LoRA layers: the view equals PEFT's own forward with the adapter
-    active, on the same quantized model (8-bit rows are batch-independent, so 1e-4 holds)."""
+    active, on the same quantized model. Each request runs alone, one row as PEFT's forward
+    here: with an adapter the 8-bit layers are not batch-independent on every CPU (bitsandbytes
+    0.50.2 on one with AVX-512 and AMX: PEFT's own forward of the same 9 ids as one row and as
+    each of two identical rows differ by 2.2 nats), so batches of requests are tested on the
+    float model above."""
     pytest.importorskip("bitsandbytes")
     import smc
 
@@ -282,11 +290,10 @@ def test_adapter_on_an_8bit_model(world):
     view = lm.load_adapter(dirs["alpha"], "alpha")
     ids = ids_of(40, 9)
 
-    async def both():
-        return await asyncio.gather(view.next_token_logprobs(ids), lm.next_token_logprobs(ids),
-                                    view.next_token_logprobs(ids[:5]))
+    async def one_after_the_other():
+        return await view.next_token_logprobs(ids), await lm.next_token_logprobs(ids)
 
-    got, base, _ = asyncio.run(both())
+    got, base = asyncio.run(one_after_the_other())
     with torch.inference_mode():
         lm._lora.peft_model.set_adapter("alpha")
         want = torch.log_softmax(lm.model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
