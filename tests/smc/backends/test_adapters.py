@@ -12,14 +12,10 @@ import torch
 
 from smc.backends.adapters import LoraRouter
 from smc.backends.base import LMBackend
+from tests.smc.backends.rounding import FLOAT32_ROUNDING
 
 peft = pytest.importorskip("peft", reason="the adapter tests need PEFT (pip install 'smc-steer[adapters]')")
 
-#: float32 rounding only: a batched, cached pass and a plain forward sum in different orders.
-#: Largest difference measured, on a log-prob near -20: 1.9e-4 with one or two torch threads on
-#: a CPU with AVX-512 and AMX, within 1e-4 on the CPUs before; a misrouted adapter is off by
-#: more than 0.05 (each test checks the adapter changes the model by that much).
-TOL = 2.5e-4
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -86,7 +82,7 @@ def ids_of(seed: int, n: int) -> list[int]:
 
 def close(got, want):
     diff = (got - want).abs().max().item()
-    assert diff <= TOL, diff
+    assert diff <= FLOAT32_ROUNDING, diff
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-TOL = 1e-4
+from tests.smc.backends.rounding import FLOAT32_ROUNDING
 
 
 def random_ids(rng: np.random.Generator, n: int, V: int = 49152) -> list[int]:
@@ -18,7 +18,7 @@ def assert_close(got: torch.Tensor, ref: torch.Tensor):
     assert got.shape == ref.shape
     assert got.dtype == torch.float32
     diff = (got - ref).abs().max().item()
-    assert diff <= TOL, diff
+    assert diff <= FLOAT32_ROUNDING, diff
 
 
 @pytest.mark.slow

@@ -9,11 +9,7 @@ import pytest
 
 from smc.backends import stepstates
 from smc.backends.stepstates import placement
-
-#: float32 rounding only: the batched pass (padding, kept states) and a plain forward sum in
-#: different orders. Largest difference measured here, on a log-prob of -25: 0.9e-4 with two torch
-#: threads, 1.26e-4 with one (as each test worker runs); a stale or misplaced row is off by nats.
-TOL = 2.5e-4
+from tests.smc.backends.rounding import FLOAT32_ROUNDING
 
 
 @pytest.mark.parametrize(
@@ -47,7 +43,7 @@ def test_placement_keeps_first_continuations_in_place_and_moves_no_source(parent
 def check(rows, contexts, reference):
     for ids, row in zip(contexts, rows):
         diff = (row.float() - reference(ids)).abs().max().item()
-        assert diff <= TOL, (len(ids), diff)
+        assert diff <= FLOAT32_ROUNDING, (len(ids), diff)
 
 
 def population_steps(rng, prompt, particles, steps):
